@@ -1,0 +1,21 @@
+#pragma once
+// One spelling for units so a GiB is never 1e9 in one file and 2^30 in another.
+#include <cstdint>
+#include <string_view>
+
+namespace tedsim {
+
+inline constexpr double kKiB = 1024.0;
+inline constexpr double kMiB = 1024.0 * 1024.0;
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+inline constexpr double kGB = 1e9;     // link and memory bandwidths are quoted in decimal GB/s
+inline constexpr double kTera = 1e12;  // TFLOP/s
+inline constexpr double kMicro = 1e-6;
+
+enum class Dtype : std::uint8_t { fp32, fp16, bf16 };
+
+inline constexpr int bytes_of(Dtype t) { return t == Dtype::fp32 ? 4 : 2; }
+const char* to_string(Dtype t);
+Dtype parse_dtype(const std::string_view text);  // throws InputError
+
+}  // namespace tedsim

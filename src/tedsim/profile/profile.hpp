@@ -1,0 +1,60 @@
+#pragma once
+// The lookup interface between the cost model and whatever knows how fast this hardware is: an
+// analytic profile (datasheet peaks x efficiency curves) or a measured one (tedsim calibrate).
+// Every question the cost model asks is one of three: how long does this GEMM take, how long does
+// this memory-bound kernel take on this many bytes, how long does this collective take on a group
+// of this shape at this size. Times are seconds.
+#include <cstdint>
+#include <string>
+
+#include "tedsim/core/units.hpp"
+
+namespace tedsim {
+
+// A (batched) GEMM C[m,n] = A[m,k] x B[k,n], `batch` independent products of that shape.
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t batch = 1;
+  Dtype dtype = Dtype::bf16;
+  double flops() const { return 2.0 * double(batch) * double(m) * double(n) * double(k); }
+};
+
+// Memory-bound kernels of a TED step. Each is timed as a function of the bytes it moves.
+enum class KernelKind : std::uint8_t {
+  gating,        // softmax over experts, top-k, capacity positions, combine weights
+  dispatch,      // gather tokens into [E, C, h]
+  combine,       // weighted scatter back to [T, h]
+  layernorm,
+  activation,    // GeLU or SwiGLU
+  softmax,       // attention softmax (scaled, causal mask)
+  elementwise,   // dropout, residual add, bias
+  adam,          // optimizer update over fp32 master weights and moments
+  count
+};
+const char* to_string(KernelKind kind);
+
+enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, count };
+const char* to_string(CollectiveOp op);
+
+// Where a process group lives. The slowest group of a kind sets the pace, so a group shape is the
+// worst one of its kind under the rank layout.
+struct GroupSpan {
+  int ranks = 1;               // group size n
+  int nodes = 1;               // distinct nodes its ranks sit on
+  int max_ranks_per_node = 1;  // most members on one node
+  int groups_per_node = 1;     // groups of this kind with members on one node (they share the NICs)
+  bool crosses_islands = false;  // inside a node, spans GPUs not directly linked (Summit's triads)
+};
+
+class Profile {
+ public:
+  virtual ~Profile() = default;
+  virtual double gemm_seconds(const GemmShape& shape) const = 0;
+  virtual double kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const = 0;
+  // `bytes` follows nccl-tests: the per-rank buffer size (output size for all-gather, input size
+  // for reduce-scatter, the whole send buffer for all-to-all).
+  virtual double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace tedsim

@@ -1,0 +1,55 @@
+#pragma once
+// The TED rank layout, shared by the cost model (which groups cross node boundaries) and the
+// runtime (which ranks form each communicator) so the two can never disagree.
+//
+// G ranks, tensor degree t, expert degree e, expert-data degree d_e = G/(t*e), data degree d = G/t.
+// DeepSpeed's layout puts tensor innermost, then expert, then data:
+//     rank = t_idx + t * (e_idx + e * d_idx)
+// The "data before expert" layout swaps the expert and data digits:
+//     rank = t_idx + t * (d_idx + d_e * e_idx)
+#include <vector>
+
+namespace tedsim {
+
+enum class RankLayout { ted, data_before_expert };
+const char* to_string(RankLayout layout);
+
+enum class GroupKind {
+  tensor,       // same (e_idx, d_idx): t ranks
+  expert,       // same (t_idx, d_idx): e ranks, the all-to-all group
+  data,         // same t_idx: d = e * d_e ranks, gradient sync of non-expert parameters
+  expert_data,  // ranks holding the same expert shard: d_e ranks (t * d_e without expert TP)
+};
+const char* to_string(GroupKind kind);
+
+struct RankCoords {
+  int t_idx = 0, e_idx = 0, d_idx = 0;
+};
+
+class TedLayout {
+ public:
+  // Throws InputError unless t*e divides G.
+  TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp = true);
+
+  int world() const { return world_; }
+  int tensor() const { return t_; }
+  int expert() const { return e_; }
+  int data() const { return world_ / t_; }
+  int expert_data() const { return world_ / (t_ * e_); }
+
+  int rank_of(RankCoords c) const;
+  RankCoords coords_of(int rank) const;
+  // Index of the group of `kind` that `rank` belongs to, in [0, group_count(kind)).
+  int group_index(GroupKind kind, int rank) const;
+  int group_count(GroupKind kind) const;
+  int group_size(GroupKind kind) const;
+  // Members of `rank`'s group of `kind`, in increasing rank order (the order communicators use).
+  std::vector<int> group_members(GroupKind kind, int rank) const;
+
+ private:
+  int world_, t_, e_, de_;
+  RankLayout layout_;
+  bool expert_tp_;
+};
+
+}  // namespace tedsim
