@@ -1,16 +1,33 @@
 // tedsim: plan Mixture-of-Experts training under tensor-expert-data parallelism.
+// main() is the only place errors become messages and exit codes: 2 for bad input, 1 for failures.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "commands.hpp"
+#include "tedsim/core/build_info.hpp"
 #include "tedsim/core/error.hpp"
 
 int main(int argc, char** argv) {
+  using namespace tedsim;
   CLI::App app{"tedsim: plan MoE training under tensor-expert-data parallelism"};
+  app.set_version_flag("--version", std::string("tedsim ") + build_info::version);
   app.require_subcommand(1);
+  cli::Action action;
+  cli::register_simulate(app, action);
+  cli::register_search(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    const int code = app.exit(e);
+    return code == 0 ? 0 : int(ExitCode::bad_input);
   }
-  return 0;
+  try {
+    return action ? action() : 0;
+  } catch (const Error& e) {
+    std::cerr << "tedsim: error: " << e.what() << std::endl;
+    return int(e.code());
+  } catch (const std::exception& e) {
+    std::cerr << "tedsim: internal error: " << e.what() << std::endl;
+    return int(ExitCode::failure);
+  }
 }

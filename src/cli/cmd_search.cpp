@@ -1,0 +1,80 @@
+// tedsim search: rank every valid configuration.
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "inputs.hpp"
+#include "tedsim/core/atomic_file.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/report/prediction_json.hpp"
+#include "tedsim/report/text_table.hpp"
+#include "tedsim/search/search.hpp"
+
+namespace tedsim::cli {
+namespace {
+
+struct SearchOptions {
+  InputOptions in;
+  int top = 10;
+  std::string csv;
+};
+
+TextTable ranking_table(const SearchResult& r) {
+  TextTable table({"rank", "t", "e", "d", "d_e", "b", "ga", "dtd", "cac", "ckpt", "zero", "etp", "tiled", "layout",
+                   "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
+  int rank = 1;
+  auto yn = [](bool b) { return std::string(b ? "on" : "off"); };
+  for (const Prediction& p : r.top) {
+    const ParallelConfig& c = p.config;
+    table.add_row({std::to_string(rank++), std::to_string(c.tp), std::to_string(c.ep), std::to_string(c.dp()),
+                   std::to_string(c.dp_expert()), std::to_string(c.micro_batch), std::to_string(c.grad_accum()),
+                   yn(c.dtd), yn(c.cac), yn(c.checkpoint), std::to_string(c.zero), yn(c.expert_tp),
+                   yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", fixed(p.sim.iteration_s, 4),
+                   fixed(p.tokens_per_s, 0), fixed(p.tflops_per_gpu, 1), fixed(100 * p.mfu, 1),
+                   fixed(p.memory.peak / kGiB, 2)});
+  }
+  return table;
+}
+
+int run_search_command(const SearchOptions& o) {
+  if (o.top <= 0) throw InputError("--top: expected a positive count, got " + std::to_string(o.top));
+  Inputs in = load_inputs(o.in);
+  std::ostream& out = human_stream(o.in);
+  print_startup_table(out, in, o.in);
+  const Evaluator evaluator(in.model, in.topology, *in.profile);
+  SearchSpace space;
+  space.gpus = o.in.gpus;
+  space.global_batch = o.in.global_batch;
+  space.seq_len = o.in.seq_len;
+  const SearchResult r = run_search(evaluator, space, o.top, [](long long done, long long total) {
+    std::cerr << "search: " << done << " / " << total << " configurations evaluated\r" << std::flush;
+  });
+  const TextTable table = ranking_table(r);
+  table.print(out);
+  out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
+      << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
+  if (r.feasible == 0)
+    out << "no configuration fits in device memory: try more devices, a smaller global batch or fewer experts\n";
+  if (!o.csv.empty()) write_file_atomically(o.csv, table.csv());
+  if (!o.in.json.empty()) {
+    nlohmann::json doc = search_json(r, in.model);
+    doc["model"] = in.model.name;
+    doc["topology"] = in.topology.name;
+    doc["profile"] = in.profile->describe();
+    write_json(o.in.json, doc);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_search(CLI::App& app, Action& action) {
+  auto o = std::make_shared<SearchOptions>();
+  CLI::App* cmd = app.add_subcommand("search", "rank every valid configuration by predicted throughput");
+  add_input_options(*cmd, o->in);
+  cmd->add_option("--top", o->top, "configurations to show")->capture_default_str();
+  cmd->add_option("--csv", o->csv, "write the ranking table as CSV");
+  cmd->callback([o, &action] { action = [o] { return run_search_command(*o); }; });
+}
+
+}  // namespace tedsim::cli

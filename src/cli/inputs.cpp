@@ -1,0 +1,79 @@
+#include "inputs.hpp"
+
+#include <iostream>
+
+#include "tedsim/core/error.hpp"
+#include "tedsim/core/units.hpp"
+#include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/report/text_table.hpp"
+#include "tedsim/spec/data_files.hpp"
+
+namespace tedsim::cli {
+
+void add_input_options(CLI::App& app, InputOptions& o) {
+  app.add_option("--model", o.model, "shipped model name or path to a model YAML")->capture_default_str();
+  app.add_option("--topology", o.topology, "shipped topology name or path to a topology YAML")->capture_default_str();
+  app.add_option("--experts", o.experts, "override the expert count (0 = dense model)");
+  app.add_option("--dtype", o.dtype, "override the training dtype (fp32, fp16, bf16)");
+  app.add_option("--gpus", o.gpus, "devices in the cluster (need not fill whole nodes)")->capture_default_str();
+  app.add_option("--global-batch", o.global_batch, "sequences per iteration")->capture_default_str();
+  app.add_option("--seq", o.seq_len, "sequence length (default: the model's)");
+  app.add_option("--json", o.json, "write JSON to FILE, or - for stdout (tables then go to stderr)");
+}
+
+std::ostream& human_stream(const InputOptions& o) { return o.json == "-" ? std::cerr : std::cout; }
+
+Inputs load_inputs(const InputOptions& o) {
+  Inputs in;
+  in.model_file = resolve_data_file("models", o.model);
+  in.topology_file = resolve_data_file("topologies", o.topology);
+  in.model = load_model(in.model_file);
+  if (o.experts >= 0) in.model.set_experts(o.experts);
+  if (!o.dtype.empty()) in.model.dtype = parse_dtype(o.dtype);
+  in.topology = load_topology(in.topology_file);
+  if (o.gpus <= 0) throw InputError("--gpus: expected a positive device count, got " + std::to_string(o.gpus));
+  if (o.global_batch <= 0) throw InputError("--global-batch: expected a positive count, got " + std::to_string(o.global_batch));
+  if (o.seq_len < 0) throw InputError("--seq: expected a positive length, got " + std::to_string(o.seq_len));
+  if (in.topology.device.peak_tflops_of(in.model.dtype) <= 0)
+    throw InputError(in.topology_file + ": device " + in.topology.device.name + " has no " + to_string(in.model.dtype) +
+                     " peak, which model '" + in.model.name + "' trains in (use --dtype with one of the device's dtypes)");
+  if (!o.profile.empty()) throw InputError("--profile: measured profiles are not supported by this build yet");
+  in.profile = std::make_unique<AnalyticProfile>(in.topology);
+  return in;
+}
+
+void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions& o) {
+  const ModelSpec& m = in.model;
+  const TopologySpec& t = in.topology;
+  const int nodes = (o.gpus + t.devices_per_node - 1) / t.devices_per_node;
+  TextTable table({"input", "resolved to"});
+  table.align_left();
+  table.add_row({"model", m.name + " (" + in.model_file + ")"});
+  table.add_row({"  shape", std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
+                                std::to_string(m.heads) + " heads (" + std::to_string(m.kv_heads) + " kv), ffn " +
+                                std::to_string(m.ffn) + " " + to_string(m.activation) + ", vocab " +
+                                std::to_string(m.vocab) + ", seq " + std::to_string(o.seq_len > 0 ? o.seq_len : m.seq_len) +
+                                ", " + to_string(m.dtype)});
+  table.add_row({"  experts", m.is_moe() ? std::to_string(m.moe.experts) + " every " + std::to_string(m.moe.every) +
+                                               " layers, top-" + std::to_string(m.moe.top_k) + ", capacity factor " +
+                                               fixed(m.moe.capacity_factor, 2) + ", min capacity " +
+                                               std::to_string(m.moe.min_capacity)
+                                         : std::string("none (dense)")});
+  table.add_row({"  parameters", fixed(m.total_params() / 1e9, 2) + " B (" + fixed(m.nonexpert_params() / 1e9, 2) +
+                                     " B non-expert, " + fixed(m.expert_params() / 1e9, 2) + " B expert)"});
+  table.add_row({"topology", t.name + " (" + in.topology_file + ")"});
+  table.add_row({"  device", t.device.name + ", " + fixed(t.device.memory_gib, 1) + " GiB, " +
+                                 fixed(t.device.peak_tflops_of(m.dtype), 1) + " TFLOP/s " + to_string(m.dtype) + ", " +
+                                 fixed(t.device.memory_bandwidth_gbs, 0) + " GB/s"});
+  table.add_row({"  links", fixed(t.intra.bandwidth_gbs, 0) + " GB/s intra-node, " + fixed(t.inter.bandwidth_gbs, 0) +
+                                " GB/s per node across nodes"});
+  table.add_row({"cluster", std::to_string(o.gpus) + " devices on " + std::to_string(nodes) + " nodes of " +
+                                std::to_string(t.devices_per_node) +
+                                (o.gpus % t.devices_per_node ? " (last node partly filled)" : "")});
+  table.add_row({"global batch", std::to_string(o.global_batch) + " sequences"});
+  table.add_row({"profile", in.profile->describe()});
+  table.print(out);
+  out << '\n';
+}
+
+}  // namespace tedsim::cli

@@ -1,0 +1,41 @@
+#pragma once
+// Options every planning command shares (model, topology, cluster size, profile) and the startup
+// table that prints what they resolved to.
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "tedsim/profile/profile.hpp"
+#include "tedsim/spec/model_spec.hpp"
+#include "tedsim/spec/parallel_config.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
+namespace tedsim::cli {
+
+struct InputOptions {
+  std::string model = "ted-6.7b";
+  std::string topology = "summit";
+  int experts = -1;        // -1: the model's
+  std::string dtype;       // empty: the model's
+  int gpus = 128;
+  int global_batch = 1024;
+  int seq_len = 0;         // 0: the model's
+  std::string profile;     // empty: analytic profile from the topology
+  std::string json;        // --json FILE or "-"
+};
+
+struct Inputs {
+  ModelSpec model;
+  TopologySpec topology;
+  std::unique_ptr<Profile> profile;
+  std::string model_file, topology_file;
+};
+
+void add_input_options(CLI::App& app, InputOptions& options);
+Inputs load_inputs(const InputOptions& options);
+// Human-readable output goes to stderr when JSON goes to stdout.
+std::ostream& human_stream(const InputOptions& options);
+void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);
+
+}  // namespace tedsim::cli

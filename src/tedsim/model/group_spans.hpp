@@ -1,0 +1,32 @@
+#pragma once
+// Where TED's process groups land on the cluster. Ranks fill nodes in order (rank r sits on node
+// r / devices_per_node, the last node may be partly filled), so which groups straddle node or
+// island boundaries follows from the rank layout. All groups of a kind run their collectives at
+// once and the slowest sets the pace, so each kind keeps its distinct shapes and the cost model
+// takes the slowest.
+#include <array>
+
+#include "tedsim/profile/profile.hpp"
+#include "tedsim/spec/rank_layout.hpp"
+
+namespace tedsim {
+
+struct TopologySpec;
+
+struct SpanSet {
+  static constexpr int kMax = 4;
+  std::array<GroupSpan, kMax> spans{};
+  int count = 0;
+  // Slowest time of a collective over the distinct shapes of this kind.
+  double seconds(const Profile& profile, CollectiveOp op, double bytes) const;
+  const GroupSpan& widest() const;  // most nodes: what tables show
+};
+
+struct GroupSpans {
+  SpanSet tensor, expert, data, expert_data;
+  const SpanSet& of(GroupKind kind) const;
+};
+
+GroupSpans compute_group_spans(const TedLayout& layout, const TopologySpec& topology);
+
+}  // namespace tedsim

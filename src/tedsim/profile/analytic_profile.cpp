@@ -1,0 +1,72 @@
+#include "tedsim/profile/analytic_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tedsim/core/error.hpp"
+#include "tedsim/profile/collective_model.hpp"
+
+namespace tedsim {
+
+AnalyticProfile::AnalyticProfile(const TopologySpec& topology)
+    : topo_(topology),
+      gemm_by_flops_(topology.gemm_efficiency_by_flops),
+      gemm_by_min_dim_(topology.gemm_efficiency_by_min_dim),
+      memory_by_bytes_(topology.memory_efficiency_by_bytes),
+      launch_s_(topology.device.kernel_launch_us * kMicro) {}
+
+double AnalyticProfile::gemm_seconds(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return 0.0;
+  const double peak = topo_.device.peak_tflops_of(s.dtype) * kTera;
+  if (peak <= 0)
+    throw InputError("topology '" + topo_.name + "': device " + topo_.device.name + " has no " +
+                     to_string(s.dtype) + " peak (add peak_tflops." + to_string(s.dtype) +
+                     " or use another --dtype)");
+  const double flops = s.flops();
+  const double min_dim = double(std::min({s.m, s.n, s.k}));
+  // Efficiency of one product of the batch: a batch of small GEMMs is not a big GEMM.
+  const double efficiency = gemm_by_flops_(flops / double(s.batch)) * gemm_by_min_dim_(min_dim);
+  return flops / (peak * efficiency) + launch_s_;
+}
+
+double AnalyticProfile::kernel_seconds(KernelKind, double bytes, Dtype) const {
+  if (bytes <= 0) return 0.0;
+  const double bandwidth = topo_.device.memory_bandwidth_gbs * kGB * memory_by_bytes_(bytes);
+  return bytes / bandwidth + launch_s_;
+}
+
+// Alpha-beta per link level. Inside a node a device's links carry its own traffic (NVLink,
+// NVSwitch); across nodes the node's NICs are shared by every group with members on the node that
+// spans nodes (all groups of a kind run at once). Latency: ring steps for all-gather,
+// reduce-scatter and all-to-all; tree depth for all-reduce (NCCL picks tree/LL for small messages).
+double AnalyticProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  const int n = span.ranks;
+  if (n <= 1 || bytes <= 0) return 0.0;
+  const bool multi_node = span.nodes > 1;
+  const double intra_bw = (span.crosses_islands ? topo_.cross_island_bandwidth_gbs : topo_.intra.bandwidth_gbs) *
+                          kGB * topo_.intra.efficiency;
+  const double inter_bw_per_group = topo_.inter.bandwidth_gbs * kGB * topo_.inter.efficiency /
+                                    std::max(1, span.groups_per_node);
+  const double alpha = (multi_node ? topo_.inter.latency_us : topo_.intra.latency_us) * kMicro;
+  const double steps = std::ceil(std::log2(double(n)));
+
+  if (op == CollectiveOp::all_to_all) {
+    // Each rank sends bytes/n to every other rank: (k-1)/n of it stays in the node, (n-k)/n leaves.
+    const double k = span.max_ranks_per_node;
+    const double intra_s = bytes * (k - 1.0) / n / intra_bw;
+    // Every member of every group on the node pushes its outgoing share through the node's NICs.
+    const double inter_s = multi_node ? bytes * (n - k) / n * k / inter_bw_per_group : 0.0;
+    return std::max(intra_s, inter_s) + (n - 1) * alpha;
+  }
+  const double wire_bytes = bytes * bus_bandwidth_factor(op, n);
+  const double bw = multi_node ? std::min(intra_bw, inter_bw_per_group) : intra_bw;
+  const double latency = op == CollectiveOp::all_reduce ? std::min(2.0 * (n - 1), 2.0 * steps) * alpha
+                                                        : (n - 1) * alpha;
+  return wire_bytes / bw + latency;
+}
+
+std::string AnalyticProfile::describe() const {
+  return "analytic (datasheet peaks x efficiency curves of topology '" + topo_.name + "')";
+}
+
+}  // namespace tedsim

@@ -1,0 +1,17 @@
+#pragma once
+// The JSON shape of predictions, shared by simulate, search and (later) validate.
+#include <nlohmann/json.hpp>
+
+#include "tedsim/search/evaluator.hpp"
+#include "tedsim/search/search.hpp"
+
+namespace tedsim {
+
+nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m);
+nlohmann::json phase_times_json(const PhaseTimes& t);
+nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m);
+nlohmann::json search_json(const SearchResult& r, const ModelSpec& m);
+// "-" writes to stdout, anything else atomically to a file.
+void write_json(const std::string& path, const nlohmann::json& doc);
+
+}  // namespace tedsim

@@ -1,0 +1,36 @@
+#include "tedsim/search/evaluator.hpp"
+
+namespace tedsim {
+
+Evaluator::Evaluator(const ModelSpec& model, const TopologySpec& topology, const Profile& profile)
+    : model_(model), topology_(topology), profile_(profile),
+      peak_flops_(topology.device.peak_tflops_of(model.dtype) * kTera) {}
+
+const GroupSpans& Evaluator::spans_for(const ParallelConfig& c) const {
+  const auto key = std::make_tuple(c.gpus, c.tp, c.ep, int(c.layout), c.expert_tp);
+  auto it = spans_.find(key);
+  if (it == spans_.end()) {
+    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp);
+    it = spans_.emplace(key, compute_group_spans(layout, topology_)).first;
+  }
+  return it->second;
+}
+
+Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace) const {
+  Prediction p;
+  p.config = c;
+  const Workload w = build_workload(model_, c, profile_, spans_for(c));
+  p.sim = simulate_iteration(model_, c, w, trace);
+  p.memory = estimate_memory(model_, c, w, topology_);
+  const double t = p.sim.iteration_s;
+  const double microbatches_all_ranks = double(w.shape.ga) * c.gpus;
+  p.flops_per_iteration = w.flops_per_microbatch * microbatches_all_ranks;
+  p.model_flops_per_iteration = w.model_flops_per_microbatch * microbatches_all_ranks;
+  p.samples_per_s = c.global_batch / t;
+  p.tokens_per_s = p.samples_per_s * w.shape.s;
+  p.tflops_per_gpu = p.flops_per_iteration / t / c.gpus / kTera;
+  p.mfu = peak_flops_ > 0 ? p.model_flops_per_iteration / (t * c.gpus * peak_flops_) : 0.0;
+  return p;
+}
+
+}  // namespace tedsim

@@ -1,0 +1,44 @@
+#pragma once
+// Turns one configuration into a prediction: workload, timeline, memory and the derived rates.
+// Group placements depend only on (t, e, layout, expert TP), so they are computed once per such
+// combination and reused across the micro-batch and option variations of a search.
+#include <map>
+#include <tuple>
+
+#include "tedsim/model/memory.hpp"
+#include "tedsim/sim/simulator.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
+namespace tedsim {
+
+struct Prediction {
+  ParallelConfig config;
+  SimResult sim;
+  MemoryBreakdown memory;
+  double tokens_per_s = 0, samples_per_s = 0;
+  double tflops_per_gpu = 0;            // hardware FLOPs (recompute included) per second per device
+  double mfu = 0;                       // model FLOPs (no recompute) / (time x devices x dtype peak)
+  double flops_per_iteration = 0;       // all devices, recompute included
+  double model_flops_per_iteration = 0; // all devices, no recompute
+  bool fits() const { return memory.fits(); }
+};
+
+class Evaluator {
+ public:
+  Evaluator(const ModelSpec& model, const TopologySpec& topology, const Profile& profile);
+  // `config` must be valid (validate_config); `trace` optionally records the timeline.
+  Prediction evaluate(const ParallelConfig& config, TraceRecorder* trace = nullptr) const;
+  const GroupSpans& spans_for(const ParallelConfig& config) const;
+  const ModelSpec& model() const { return model_; }
+  const TopologySpec& topology() const { return topology_; }
+  const Profile& profile() const { return profile_; }
+
+ private:
+  const ModelSpec& model_;
+  const TopologySpec& topology_;
+  const Profile& profile_;
+  double peak_flops_;
+  mutable std::map<std::tuple<int, int, int, int, bool>, GroupSpans> spans_;
+};
+
+}  // namespace tedsim

@@ -1,0 +1,33 @@
+#pragma once
+// Enumerates every valid configuration for G devices, prunes those that do not fit, ranks the rest
+// by throughput. Deterministic: ties keep enumeration order.
+#include <functional>
+#include <vector>
+
+#include "tedsim/search/evaluator.hpp"
+
+namespace tedsim {
+
+struct SearchSpace {
+  int gpus = 1;
+  int global_batch = 1;
+  int seq_len = 0;
+  // Each knob's candidates; empty means "all that apply".
+  std::vector<int> zero_stages = {0, 1, 2};
+};
+
+struct SearchResult {
+  long long evaluated = 0;
+  long long feasible = 0;
+  double seconds = 0;
+  std::vector<Prediction> top;  // best first
+};
+
+// Every valid configuration in enumeration order (what search ranks).
+std::vector<ParallelConfig> enumerate_configs(const ModelSpec& model, const SearchSpace& space);
+
+// `progress(done, total)` is called now and then for long searches.
+SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, int top_k,
+                        const std::function<void(long long, long long)>& progress = {});
+
+}  // namespace tedsim

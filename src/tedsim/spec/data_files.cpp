@@ -1,0 +1,39 @@
+#include "tedsim/spec/data_files.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include "tedsim/core/build_info.hpp"
+#include "tedsim/core/error.hpp"
+
+namespace tedsim {
+namespace fs = std::filesystem;
+
+std::string data_dir() {
+  if (const char* env = std::getenv("TEDSIM_DATA_DIR"); env && *env) return env;
+  return build_info::data_dir;
+}
+
+std::vector<std::string> shipped_names(const std::string& kind) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(data_dir()) / kind, ec))
+    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string resolve_data_file(const std::string& kind, const std::string& name_or_path) {
+  std::error_code ec;
+  if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
+  const fs::path shipped = fs::path(data_dir()) / kind / (name_or_path + ".yaml");
+  if (name_or_path.find('/') == std::string::npos && fs::is_regular_file(shipped, ec)) return shipped.string();
+  std::string known;
+  for (const auto& n : shipped_names(kind)) known += (known.empty() ? "" : ", ") + n;
+  std::string singular = kind.substr(0, kind.size() - 1);
+  throw InputError(name_or_path + ": no such file, and no shipped " + singular + " of that name (shipped: " +
+                   (known.empty() ? "none found under " + data_dir() : known) + ")");
+}
+
+}  // namespace tedsim

@@ -1,0 +1,62 @@
+#include "tedsim/spec/parallel_config.hpp"
+
+#include "tedsim/core/error.hpp"
+#include "tedsim/spec/model_spec.hpp"
+
+namespace tedsim {
+namespace {
+
+// Returns the first broken rule, or an empty string. One function serves both the error path and
+// the search predicate so the two can never disagree.
+std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
+  auto s = [](long long x) { return std::to_string(x); };
+  if (c.gpus <= 0) return "gpus must be positive, got " + s(c.gpus);
+  if (c.tp <= 0) return "tp must be positive, got " + s(c.tp);
+  if (c.ep <= 0) return "ep must be positive, got " + s(c.ep);
+  if (c.micro_batch <= 0) return "micro-batch must be positive, got " + s(c.micro_batch);
+  if (c.global_batch <= 0) return "global batch must be positive, got " + s(c.global_batch);
+  if (c.seq_len < 0) return "sequence length must be positive, got " + s(c.seq_len);
+  if (c.zero < 0 || c.zero > 2) return "zero stage must be 0, 1 or 2, got " + s(c.zero);
+  if (m.heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide heads " + s(m.heads);
+  if (m.kv_heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide kv_heads " + s(m.kv_heads);
+  if (m.hidden % c.tp != 0) return "tp " + s(c.tp) + " does not divide hidden " + s(m.hidden);
+  if (m.ffn % c.tp != 0) return "tp " + s(c.tp) + " does not divide ffn " + s(m.ffn);
+  if (m.vocab % c.tp != 0) return "tp " + s(c.tp) + " does not divide vocab " + s(m.vocab);
+  if (!m.is_moe() && c.ep != 1) return "ep " + s(c.ep) + " needs a MoE model (this one is dense)";
+  if (m.is_moe() && m.moe.experts % c.ep != 0) return "ep " + s(c.ep) + " does not divide experts " + s(m.moe.experts);
+  if (c.gpus % (c.tp * c.ep) != 0) return "tp x ep = " + s(c.tp * c.ep) + " does not divide gpus " + s(c.gpus);
+  if (c.global_batch % (c.micro_batch * c.dp()) != 0)
+    return "global batch " + s(c.global_batch) + " is not a multiple of micro-batch x data degree = " +
+           s(c.micro_batch) + " x " + s(c.dp());
+  if (c.cac && !c.checkpoint) return "communication-aware checkpointing (cac) needs activation checkpointing";
+  return {};
+}
+
+}  // namespace
+
+std::string ParallelConfig::describe() const {
+  std::string text = "t=" + std::to_string(tp) + " e=" + std::to_string(ep) + " d=" + std::to_string(dp()) +
+                     " b=" + std::to_string(micro_batch) + " ga=" + std::to_string(grad_accum());
+  text += dtd ? " dtd" : " -";
+  text += cac ? " cac" : " -";
+  text += checkpoint ? " ckpt" : " -";
+  text += " zero" + std::to_string(zero);
+  text += expert_tp ? " etp" : " -";
+  text += layout == RankLayout::ted ? " ted" : " dbe";
+  return text;
+}
+
+void validate_config(const ParallelConfig& c, const ModelSpec& m) {
+  const std::string why = first_violation(c, m);
+  if (!why.empty()) throw InputError("invalid configuration for model '" + m.name + "': " + why);
+}
+
+bool config_is_valid(const ParallelConfig& c, const ModelSpec& m) { return first_violation(c, m).empty(); }
+
+RankLayout parse_layout(const std::string& text) {
+  if (text == "ted") return RankLayout::ted;
+  if (text == "data_before_expert" || text == "dbe") return RankLayout::data_before_expert;
+  throw InputError("--layout: expected ted or data_before_expert, got '" + text + "'");
+}
+
+}  // namespace tedsim

@@ -1,0 +1,75 @@
+#include "tedsim/spec/topology_spec.hpp"
+
+#include "tedsim/core/error.hpp"
+#include "tedsim/core/yaml_reader.hpp"
+
+namespace tedsim {
+namespace {
+
+LinkSpec read_link(const YamlMap& map) {
+  LinkSpec link;
+  link.bandwidth_gbs = map.positive_number("bandwidth_gbs");
+  link.latency_us = map.nonnegative_number("latency_us", 0.0);
+  link.efficiency = map.number("efficiency", 1.0);
+  if (link.efficiency <= 0 || link.efficiency > 1) map.fail("efficiency", "expected a fraction in (0, 1]");
+  return link;
+}
+
+void check_fraction_curve(const YamlMap& map, const std::string& key, const Curve& curve) {
+  for (const auto& [x, y] : curve) {
+    if (x <= 0) map.fail(key, "expected positive x values (they are interpolated on a log scale)");
+    if (y > 1.0) map.fail(key, "expected efficiencies in (0, 1]");
+  }
+}
+
+}  // namespace
+
+TopologySpec load_topology(const std::string& path) {
+  const YamlMap root = YamlMap::load_file(path);
+  TopologySpec t;
+  t.name = root.text("name");
+  t.source = root.text("source", "");
+
+  const YamlMap device = root.child("device");
+  t.device.kind = device.text("kind");
+  if (t.device.kind != "gpu" && t.device.kind != "cpu") device.fail("kind", "expected gpu or cpu, got '" + t.device.kind + "'");
+  t.device.name = device.text("name");
+  t.device.memory_gib = device.positive_number("memory_gib");
+  t.device.reserved_gib = device.nonnegative_number("reserved_gib", 0.0);
+  if (t.device.reserved_gib >= t.device.memory_gib) device.fail("reserved_gib", "must be less than memory_gib");
+  const YamlMap peaks = device.child("peak_tflops");
+  for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+    t.device.peak_tflops[int(d)] = peaks.nonnegative_number(to_string(d), 0.0);
+  peaks.reject_unknown_keys();
+  if (t.device.peak_tflops_of(Dtype::fp32) <= 0) peaks.fail("fp32", "required: a positive fp32 peak");
+  t.device.memory_bandwidth_gbs = device.positive_number("memory_bandwidth_gbs");
+  t.device.kernel_launch_us = device.nonnegative_number("kernel_launch_us", 0.0);
+  device.reject_unknown_keys();
+
+  t.devices_per_node = int(root.positive_integer("devices_per_node"));
+  const YamlMap intra = root.child("intra_node");
+  t.intra = read_link(intra);
+  t.island_size = int(intra.positive_integer("island_size", t.devices_per_node));
+  if (t.devices_per_node % t.island_size != 0) intra.fail("island_size", "must divide devices_per_node");
+  if (t.island_size < t.devices_per_node)
+    t.cross_island_bandwidth_gbs = intra.positive_number("cross_island_bandwidth_gbs");
+  else
+    t.cross_island_bandwidth_gbs = intra.number("cross_island_bandwidth_gbs", t.intra.bandwidth_gbs);
+  intra.reject_unknown_keys();
+  const YamlMap inter = root.child("inter_node");
+  t.inter = read_link(inter);
+  inter.reject_unknown_keys();
+
+  const YamlMap eff = root.child("efficiency");
+  t.gemm_efficiency_by_flops = eff.curve("gemm_by_flops");
+  check_fraction_curve(eff, "gemm_by_flops", t.gemm_efficiency_by_flops);
+  t.gemm_efficiency_by_min_dim = eff.curve("gemm_by_min_dim");
+  check_fraction_curve(eff, "gemm_by_min_dim", t.gemm_efficiency_by_min_dim);
+  t.memory_efficiency_by_bytes = eff.curve("memory_by_bytes");
+  check_fraction_curve(eff, "memory_by_bytes", t.memory_efficiency_by_bytes);
+  eff.reject_unknown_keys();
+  root.reject_unknown_keys();
+  return t;
+}
+
+}  // namespace tedsim

@@ -1,0 +1,50 @@
+#pragma once
+// A cluster of identical nodes, as read from topologies/*.yaml: the device, how devices connect
+// inside a node and across nodes, and the efficiency curves the analytic profile applies to the
+// datasheet peaks (efficiency is data, not code).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tedsim/core/units.hpp"
+
+namespace tedsim {
+
+using Curve = std::vector<std::pair<double, double>>;  // (x, y) points, x strictly increasing
+
+struct DeviceSpec {
+  std::string kind;               // "gpu" or "cpu"
+  std::string name;
+  double memory_gib = 0;          // per device (per rank on CPU)
+  double reserved_gib = 0;        // runtime context, allocator slack: not available to tedsim's model
+  double peak_tflops[3] = {0, 0, 0};  // indexed by Dtype; 0 = unsupported
+  double memory_bandwidth_gbs = 0;
+  double kernel_launch_us = 0;    // fixed cost of every kernel
+  double peak_tflops_of(Dtype d) const { return peak_tflops[int(d)]; }
+};
+
+struct LinkSpec {
+  double bandwidth_gbs = 0;       // intra: per device, one direction; inter: per node, all NICs
+  double latency_us = 0;
+  double efficiency = 1.0;        // fraction of bandwidth collectives achieve (bus bandwidth)
+};
+
+struct TopologySpec {
+  std::string name;
+  std::string source;
+  DeviceSpec device;
+  int devices_per_node = 1;
+  LinkSpec intra;
+  int island_size = 0;            // devices directly linked to each other (Summit: triads of 3)
+  double cross_island_bandwidth_gbs = 0;
+  LinkSpec inter;
+  Curve gemm_efficiency_by_flops;     // fraction of peak vs FLOPs of one GEMM
+  Curve gemm_efficiency_by_min_dim;   // multiplier vs the smallest of m, n, k
+  Curve memory_efficiency_by_bytes;   // fraction of memory bandwidth vs bytes moved
+
+  bool is_gpu() const { return device.kind == "gpu"; }
+};
+
+TopologySpec load_topology(const std::string& path);
+
+}  // namespace tedsim
