@@ -12,7 +12,7 @@ namespace {
 
 struct SimulateOptions {
   InputOptions in;
-  int tp = 2, ep = 16, micro_batch = 1, zero = 1;
+  int tp = 2, ep = 16, micro_batch = 1, zero = 2;
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true;
   std::string layout = "ted";
   std::string trace;

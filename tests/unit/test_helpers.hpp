@@ -1,0 +1,39 @@
+#pragma once
+// Loading shipped specs by name and building predictions in one line, for tests.
+#include <string>
+
+#include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/search/evaluator.hpp"
+#include "tedsim/spec/data_files.hpp"
+
+namespace tedsim::test {
+
+inline ModelSpec model(const std::string& name) { return load_model(resolve_data_file("models", name)); }
+inline TopologySpec topology(const std::string& name) {
+  return load_topology(resolve_data_file("topologies", name));
+}
+
+inline ParallelConfig config(int gpus, int tp, int ep, int micro_batch, int global_batch) {
+  ParallelConfig c;
+  c.gpus = gpus;
+  c.tp = tp;
+  c.ep = ep;
+  c.micro_batch = micro_batch;
+  c.global_batch = global_batch;
+  return c;
+}
+
+// Everything a prediction needs, kept alive together.
+struct Bench {
+  ModelSpec m;
+  TopologySpec topo;
+  AnalyticProfile profile;
+  Evaluator evaluator;
+  Bench(ModelSpec model_spec, const std::string& topo_name)
+      : m(std::move(model_spec)), topo(topology(topo_name)), profile(topo), evaluator(m, topo, profile) {}
+  Workload workload(const ParallelConfig& c) const {
+    return build_workload(m, c, profile, evaluator.spans_for(c));
+  }
+};
+
+}  // namespace tedsim::test

@@ -1,0 +1,79 @@
+// Memory per device: parameter state against the closed form, and the parts that must move.
+#include <gtest/gtest.h>
+
+#include "test_helpers.hpp"
+#include "tedsim/model/memory.hpp"
+
+namespace tedsim {
+namespace {
+
+struct MemCase {
+  int gpus, tp, ep;
+};
+
+class ZeroOneMemory : public ::testing::TestWithParam<MemCase> {};
+
+TEST_P(ZeroOneMemory, ParameterStateMatchesClosedForm) {
+  const MemCase k = GetParam();
+  test::Bench bench(test::model("ted-6.7b"), "dgx-h100");
+  ParallelConfig c = test::config(k.gpus, k.tp, k.ep, 1, 2 * k.gpus);
+  c.zero = 1;
+  const Prediction p = bench.evaluator.evaluate(c);
+  const double d = c.dp(), de = c.dp_expert(), t = k.tp, e = k.ep;
+  const double expected = (4 + 12 / d) * bench.m.nonexpert_params() / t + (4 + 12 / de) * bench.m.expert_params() / (t * e);
+  const MemoryBreakdown& mem = p.memory;
+  EXPECT_NEAR((mem.weights + mem.grads + mem.optimizer) / expected, 1.0, 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, ZeroOneMemory,
+                         ::testing::Values(MemCase{16, 1, 1}, MemCase{16, 2, 4}, MemCase{64, 4, 16}, MemCase{128, 8, 8},
+                                           MemCase{32, 1, 16}));
+
+TEST(Memory, ZeroStagesShardMoreState) {
+  test::Bench bench(test::model("ted-2.7b"), "thetagpu");
+  ParallelConfig c = test::config(32, 2, 4, 1, 64);
+  double previous = 1e300;
+  for (int zero : {0, 1, 2}) {
+    c.zero = zero;
+    const MemoryBreakdown m = bench.evaluator.evaluate(c).memory;
+    const double state = m.weights + m.grads + m.optimizer;
+    EXPECT_LT(state, previous) << "zero " << zero;
+    previous = state;
+  }
+}
+
+TEST(Memory, CheckpointingCacAndTilingMoveTheRightParts) {
+  test::Bench bench(test::model("ted-2.7b"), "thetagpu");
+  ParallelConfig c = test::config(32, 2, 4, 2, 64);
+  c.checkpoint = false;
+  c.cac = false;
+  const MemoryBreakdown full = bench.evaluator.evaluate(c).memory;
+  c.checkpoint = true;
+  const MemoryBreakdown ckpt = bench.evaluator.evaluate(c).memory;
+  EXPECT_LT(ckpt.activations, full.activations / 4);
+  EXPECT_EQ(ckpt.cac_stash, 0.0);
+  c.cac = true;
+  const MemoryBreakdown cac = bench.evaluator.evaluate(c).memory;
+  EXPECT_GT(cac.cac_stash, 0.0);
+  EXPECT_DOUBLE_EQ(cac.activations, ckpt.activations);
+  c.tiled_optimizer = false;
+  const MemoryBreakdown untiled = bench.evaluator.evaluate(c).memory;
+  EXPECT_GT(untiled.optimizer_spike, cac.optimizer_spike);
+  EXPECT_LE(cac.optimizer_spike, 4.0 * kOptimizerTileElems);
+}
+
+TEST(Memory, ActivationsFollowKorthikantiForADenseLayer) {
+  ModelSpec m = test::model("ted-1.3b");
+  m.set_experts(0);
+  test::Bench bench(m, "thetagpu");
+  ParallelConfig c = test::config(8, 2, 1, 1, 8);
+  c.checkpoint = false;
+  const MemoryBreakdown mem = bench.evaluator.evaluate(c).memory;
+  const double s = m.seq_len, b = 1, h = m.hidden, a = m.heads, t = 2;
+  const double per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+  const double logits = s * b * (m.vocab / t) * 4.0;
+  EXPECT_NEAR(mem.activations, m.layers * per_layer + logits, 1e-6 * mem.activations);
+}
+
+}  // namespace
+}  // namespace tedsim
