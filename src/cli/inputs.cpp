@@ -28,7 +28,7 @@ Inputs load_inputs(const InputOptions& o) {
   in.model_file = resolve_data_file("models", o.model);
   in.topology_file = resolve_data_file("topologies", o.topology);
   in.model = load_model(in.model_file);
-  if (o.experts >= 0) in.model.set_experts(o.experts);
+  if (o.experts) in.model.set_experts(*o.experts);
   if (!o.dtype.empty()) in.model.dtype = parse_dtype(o.dtype);
   in.topology = load_topology(in.topology_file);
   if (o.gpus <= 0) throw InputError("--gpus: expected a positive device count, got " + std::to_string(o.gpus));

@@ -3,6 +3,7 @@
 // table that prints what they resolved to.
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -16,7 +17,7 @@ namespace tedsim::cli {
 struct InputOptions {
   std::string model = "ted-6.7b";
   std::string topology = "summit";
-  int experts = -1;        // -1: the model's
+  std::optional<int> experts;  // unset: the model's
   std::string dtype;       // empty: the model's
   int gpus = 128;
   int global_batch = 1024;

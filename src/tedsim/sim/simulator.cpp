@@ -9,20 +9,22 @@
 namespace tedsim {
 namespace {
 
-// Micro-batches drawn op by op in a trace; the others appear as one slice each, which keeps a
-// trace of hundreds of micro-batches small enough to open.
+// Micro-batches drawn op by op in a trace (the first ones and the last, whose backward overlaps the
+// gradient sync); the others appear as one slice, which keeps a trace of hundreds of micro-batches
+// small enough to open.
 constexpr int kTraceExpandedMicrobatches = 2;
 
 class Timeline {
  public:
-  Timeline(const ModelSpec& m, const Workload& w, TraceRecorder* trace) : m_(m), w_(w), trace_(trace) {
+  Timeline(const ModelSpec& m, const Workload& w, TraceRecorder* trace)
+      : m_(m), w_(w), trace_(trace), last_mb_(w.shape.ga - 1) {
     full_ne_bucket_s_ = w.nonexpert_sync_seconds(kGradBucketElems);
     full_ex_bucket_s_ = w.expert_sync_seconds(kGradBucketElems);
   }
 
   // Runs a block on the compute stream; all of it is exposed.
   void run(const Block& block, int times, const char* context, int microbatch, int layer) {
-    if (trace_ && microbatch >= 0 && microbatch < kTraceExpandedMicrobatches) {
+    if (traced(microbatch)) {
       double at = now_;
       const std::string where = "microbatch " + std::to_string(microbatch) + " " + context +
                                 (layer >= 0 ? " layer " + std::to_string(layer) : std::string());
@@ -112,7 +114,7 @@ class Timeline {
     dp_free_ = start + seconds;
     result_.busy[int(Phase::dp_grad_sync)] += seconds;
     ++result_.grad_buckets;
-    if (trace_ && mb < kTraceExpandedMicrobatches + 1)
+    if (traced(mb))
       trace_->add({name, "microbatch " + std::to_string(mb) + " after layer " + std::to_string(layer),
                    Phase::dp_grad_sync, Stream::data_parallel, start, seconds});
   }
@@ -132,9 +134,14 @@ class Timeline {
     ne_pending_ = ex_pending_ = 0;
   }
 
+  bool traced(int mb) const {
+    return trace_ && mb >= 0 && (mb < kTraceExpandedMicrobatches || mb == last_mb_);
+  }
+
   const ModelSpec& m_;
   const Workload& w_;
   TraceRecorder* trace_;
+  int last_mb_;
   SimResult result_;
   double now_ = 0, dp_free_ = 0;
   double ne_pending_ = 0, ex_pending_ = 0;

@@ -1,0 +1,87 @@
+// Search against brute force: simulate every configuration one by one and compare the best.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "test_helpers.hpp"
+#include "tedsim/search/search.hpp"
+
+namespace tedsim {
+namespace {
+
+void expect_same_best_as_brute_force(const std::string& model, const std::string& topo, int gpus, int batch) {
+  test::Bench bench(test::model(model), topo);
+  SearchSpace space;
+  space.gpus = gpus;
+  space.global_batch = batch;
+  const SearchResult r = run_search(bench.evaluator, space, 5);
+  ASSERT_GT(r.feasible, 0);
+  // Brute force through the public simulate path: validate, evaluate, keep the fastest that fits.
+  double best = 0;
+  ParallelConfig best_config;
+  long long evaluated = 0, feasible = 0;
+  for (const ParallelConfig& c : enumerate_configs(bench.m, space)) {
+    validate_config(c, bench.m);
+    const Prediction p = bench.evaluator.evaluate(c);
+    ++evaluated;
+    if (!p.fits()) continue;
+    ++feasible;
+    if (p.tokens_per_s > best) {
+      best = p.tokens_per_s;
+      best_config = c;
+    }
+  }
+  EXPECT_EQ(r.evaluated, evaluated);
+  EXPECT_EQ(r.feasible, feasible);
+  EXPECT_EQ(r.top.front().config.describe(), best_config.describe());
+  EXPECT_DOUBLE_EQ(r.top.front().tokens_per_s, best);
+  for (std::size_t i = 1; i < r.top.size(); ++i) EXPECT_GE(r.top[i - 1].tokens_per_s, r.top[i].tokens_per_s);
+}
+
+TEST(Search, SameBestAsSimulatingEveryConfiguration) {
+  expect_same_best_as_brute_force("ted-1.3b", "summit", 24, 96);
+  expect_same_best_as_brute_force("tiny-moe", "local-cpu", 8, 32);
+  expect_same_best_as_brute_force("mixtral-8x7b", "dgx-h100", 64, 256);
+}
+
+TEST(Search, IsDeterministic) {
+  test::Bench bench(test::model("ted-2.7b"), "thetagpu");
+  SearchSpace space;
+  space.gpus = 32;
+  space.global_batch = 128;
+  const SearchResult a = run_search(bench.evaluator, space, 20);
+  const SearchResult b = run_search(bench.evaluator, space, 20);
+  ASSERT_EQ(a.top.size(), b.top.size());
+  for (std::size_t i = 0; i < a.top.size(); ++i) EXPECT_EQ(a.top[i].config.describe(), b.top[i].config.describe());
+}
+
+TEST(Search, EnumeratesOnlyValidDistinctConfigurations) {
+  const ModelSpec m = test::model("ted-1.3b");
+  SearchSpace space;
+  space.gpus = 12;
+  space.global_batch = 48;
+  std::set<std::string> seen;
+  for (const ParallelConfig& c : enumerate_configs(m, space)) {
+    EXPECT_TRUE(config_is_valid(c, m)) << c.describe();
+    EXPECT_EQ(m.heads % c.tp, 0);
+    EXPECT_EQ(m.moe.experts % c.ep, 0);
+    EXPECT_EQ(c.global_batch % (c.micro_batch * c.dp()), 0);
+    const std::string key = c.describe() + (c.tiled_optimizer ? " tiled" : "") + " zero" + std::to_string(c.zero);
+    EXPECT_TRUE(seen.insert(key).second) << "duplicate " << key;
+  }
+  EXPECT_GT(seen.size(), 100u);
+}
+
+TEST(Search, ConfigurationsThatDoNotFitArePruned) {
+  test::Bench bench(test::model("ted-13b"), "summit");
+  SearchSpace space;
+  space.gpus = 6;
+  space.global_batch = 12;
+  const SearchResult r = run_search(bench.evaluator, space, 5);
+  EXPECT_GT(r.evaluated, 0);
+  EXPECT_EQ(r.feasible, 0);  // 13B + 16 experts cannot fit on one Summit node
+  EXPECT_TRUE(r.top.empty());
+}
+
+}  // namespace
+}  // namespace tedsim
