@@ -104,8 +104,9 @@ class Communicator {
 // CUDA/NCCL, rather than crashing inside the CUDA runtime.
 std::unique_ptr<Communicator> make_world_communicator(Backend backend);
 
-// True when this process can use a CUDA device; otherwise `why` says why (no driver, no device,
-// built without CUDA). Never throws.
-bool cuda_device_available(std::string* why = nullptr);
+// CUDA devices this process can use; when 0, `why` says why (no driver, no device, built
+// without CUDA). Never throws.
+int cuda_device_count(std::string* why = nullptr);
+inline bool cuda_device_available(std::string* why = nullptr) { return cuda_device_count(why) > 0; }
 
 }  // namespace tedsim

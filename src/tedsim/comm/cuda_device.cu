@@ -8,9 +8,7 @@
 
 namespace tedsim {
 
-namespace {
-
-int device_count(std::string* why) {
+int cuda_device_count(std::string* why) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -24,13 +22,9 @@ int device_count(std::string* why) {
   return count;
 }
 
-}  // namespace
-
-bool cuda_device_available(std::string* why) { return device_count(why) > 0; }
-
 int select_cuda_device(int local_rank, const std::string& where) {
   std::string why;
-  const int count = device_count(&why);
+  const int count = cuda_device_count(&why);
   if (count == 0) throw RunError(where + ": no CUDA device: " + why);
   const int device = local_rank % count;
   const cudaError_t err = cudaSetDevice(device);

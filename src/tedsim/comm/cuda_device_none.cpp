@@ -8,9 +8,9 @@ namespace tedsim {
 
 static const char* const kNoCuda = "tedsim was built without CUDA (nvcc not found or TEDSIM_CUDA=OFF)";
 
-bool cuda_device_available(std::string* why) {
+int cuda_device_count(std::string* why) {
   if (why) *why = kNoCuda;
-  return false;
+  return 0;
 }
 
 int select_cuda_device(int, const std::string& where) {
