@@ -124,6 +124,61 @@ TEST(MpiCollectives, InPlaceAllToAllIsRejected) {
   EXPECT_THROW(check_and_time(world(), c), InputError);
 }
 
+// Forwards to a real communicator, then flips the first output element on rank 0: the checker
+// must notice (and every rank must see the group's total), or #wrong = 0 would prove nothing.
+class CorruptingCommunicator final : public Communicator {
+ public:
+  explicit CorruptingCommunicator(Communicator& inner) : Communicator("corrupt"), in_(inner) {}
+  int rank() const override { return in_.rank(); }
+  int size() const override { return in_.size(); }
+  Backend backend() const override { return in_.backend(); }
+  const char* backend_name() const override { return in_.backend_name(); }
+  void all_reduce(const void* s, void* r, std::size_t n, Dtype t, ReduceOp op) override {
+    in_.all_reduce(s, r, n, t, op);
+    corrupt(r, n, t);
+  }
+  void all_gather(const void* s, void* r, std::size_t n, Dtype t) override {
+    in_.all_gather(s, r, n, t);
+    corrupt(r, n, t);
+  }
+  void reduce_scatter(const void* s, void* r, std::size_t n, Dtype t, ReduceOp op) override {
+    in_.reduce_scatter(s, r, n, t, op);
+    corrupt(r, n, t);
+  }
+  void all_to_all(const void* s, void* r, std::size_t n, Dtype t) override {
+    in_.all_to_all(s, r, n, t);
+    corrupt(r, n, t);
+  }
+  void barrier() override { in_.barrier(); }
+  void wait() override { in_.wait(); }
+  std::unique_ptr<Communicator> split(const std::vector<int>& m, const std::string& n) override {
+    return in_.split(m, n);
+  }
+  std::unique_ptr<CommBuffer> make_buffer(std::size_t bytes) override { return in_.make_buffer(bytes); }
+  std::unique_ptr<CommTimer> make_timer() override { return in_.make_timer(); }
+  void host_max(std::vector<double>& v) override { in_.host_max(v); }
+  std::int64_t host_sum(std::int64_t v) override { return in_.host_sum(v); }
+
+ private:
+  void corrupt(void* r, std::size_t n, Dtype t) {
+    if (rank() == 0 && n > 0) store_from_float(r, 0, t, load_as_float(r, 0, t) + 100.f);
+  }
+  Communicator& in_;
+};
+
+TEST(MpiCheck, CountsWrongElementsOverTheGroup) {
+  CorruptingCommunicator bad(world());
+  for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::all_gather,
+                          CollectiveOp::reduce_scatter, CollectiveOp::all_to_all}) {
+    CollectiveCase c;
+    c.op = op;
+    c.count = 64 * bad.size();
+    c.dtype = Dtype::bf16;
+    c.iters = 2;
+    EXPECT_EQ(check_and_time(bad, c).wrong, 1) << collective_name(op);
+  }
+}
+
 TEST(MpiErrors, MessagesNameHostAndRank) {
   Communicator& w = world();
   // Every rank fails the same local check, so no rank is left waiting in a collective.
