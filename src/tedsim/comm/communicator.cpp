@@ -36,11 +36,15 @@ int world_rank() {
 
 }  // namespace
 
+std::string process_location() {
+  static const std::string host = host_name();
+  return "host " + host + " world rank " + std::to_string(world_rank());
+}
+
 std::string Communicator::where() const {
   // Host and world rank locate the process in a shared log; the group rank says which member of
   // which group it was.
-  static const std::string host = host_name();
-  return "host " + host + " world rank " + std::to_string(world_rank()) + ", " + name() +
+  return process_location() + ", " + name() +
          " rank " + std::to_string(rank()) + "/" + std::to_string(size()) + " (" +
          backend_name() + ")";
 }

@@ -98,6 +98,10 @@ class Communicator {
   std::string name_;
 };
 
+// "host <h> world rank <r>": where this process is, for errors raised before any communicator
+// exists (or outside one).
+std::string process_location();
+
 // Builds the communicator over every MPI rank for `backend`; MPI must be initialised.
 // cuda: selects this rank's device (local rank modulo device count) and bootstraps NCCL over MPI;
 // throws RunError("no CUDA device: ...") when there is none, or when tedsim was built without

@@ -13,7 +13,7 @@ namespace {
 
 class HostBuffer final : public CommBuffer {
  public:
-  explicit HostBuffer(std::size_t bytes) : data_(bytes) {}
+  HostBuffer(std::size_t bytes, std::string where) : data_(bytes), where_(std::move(where)) {}
   void* data() override { return data_.data(); }
   std::size_t bytes() const override { return data_.size(); }
   void upload(const void* host, std::size_t bytes, std::size_t offset) override {
@@ -28,11 +28,12 @@ class HostBuffer final : public CommBuffer {
  private:
   void bounds(std::size_t bytes, std::size_t offset) const {
     if (offset > data_.size() || bytes > data_.size() - offset)
-      throw InputError("host buffer of " + std::to_string(data_.size()) + " bytes: copy of " +
-                       std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                       " runs past its end");
+      throw InputError(where_ + ": host buffer of " + std::to_string(data_.size()) +
+                       " bytes: copy of " + std::to_string(bytes) + " bytes at offset " +
+                       std::to_string(offset) + " runs past its end");
   }
   std::vector<std::byte> data_;  // operator new aligns to 16 bytes, enough for MPI and SIMD loads
+  std::string where_;
 };
 
 class WtimeTimer final : public CommTimer {
@@ -60,10 +61,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) throw RunError("MPI communicator: MPI_Init has not been called");
+  if (!initialized)
+    throw RunError(process_location() + ": MPI communicator: MPI_Init has not been called");
   MPI_Comm dup;
   const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  if (rc != MPI_SUCCESS) throw RunError("MPI communicator: MPI_Comm_dup(MPI_COMM_WORLD) failed");
+  if (rc != MPI_SUCCESS)
+    throw RunError(process_location() + ": MPI communicator: MPI_Comm_dup(MPI_COMM_WORLD) failed");
   return std::make_unique<MpiCommunicator>(dup, "world");
 }
 
@@ -177,7 +180,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(const std::vector<int>& mem
 }
 
 std::unique_ptr<CommBuffer> MpiCommunicator::make_buffer(std::size_t bytes) {
-  return std::make_unique<HostBuffer>(bytes);
+  return std::make_unique<HostBuffer>(bytes, where());
 }
 
 std::unique_ptr<CommTimer> MpiCommunicator::make_timer() { return std::make_unique<WtimeTimer>(); }
