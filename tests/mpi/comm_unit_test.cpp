@@ -88,6 +88,13 @@ TEST(CollectiveTable, CountsSplitEvenly) {
   EXPECT_EQ(chunk_count(CollectiveOp::all_reduce, 1001, 4), 1001);
 }
 
+TEST(CollectiveTable, SweepCountsStepByFactorAndEndAtMax) {
+  EXPECT_EQ(sweep_counts(8, 64, 2.0, Dtype::fp32), (std::vector<std::int64_t>{2, 4, 8, 16}));
+  EXPECT_EQ(sweep_counts(8, 100, 2.0, Dtype::fp16), (std::vector<std::int64_t>{4, 8, 16, 32, 50}));
+  EXPECT_EQ(sweep_counts(0, 0, 2.0, Dtype::fp32), (std::vector<std::int64_t>{0}));
+  EXPECT_THROW(sweep_counts(8, 64, 1.0, Dtype::fp32), InputError);
+}
+
 TEST(Half, RoundTripsAndRoundsToNearestEven) {
   for (float x : {0.f, -0.f, 1.f, -2.5f, 65504.f, 6.103515625e-05f, 5.960464477539063e-08f, 1000.5f})
     EXPECT_EQ(half_to_float(float_to_half(x)), x) << x;

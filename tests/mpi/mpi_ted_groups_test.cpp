@@ -3,6 +3,7 @@
 // collectives on every group kind with all groups of a kind running at once.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -123,6 +124,30 @@ TEST(TedGroups, FourRanksMatchHandDerivedGroups) {
       EXPECT_EQ(x, sum) << to_string(kind);
     }
   }
+}
+
+TEST(TedGroups, AllGroupsOfAKindRunAtOnceWithOneAgreedResult) {
+  Communicator& w = world();
+  const int n = w.size();
+  const TedLayout layout(n, n % 2 == 0 ? 2 : 1, 1, RankLayout::ted);
+  TedGroups groups(w, layout);
+  std::vector<CollectiveResult> table;
+  for (GroupKind kind : TedGroups::kinds) {
+    CollectiveCase c;
+    c.op = CollectiveOp::all_reduce;
+    c.count = 4096;
+    c.iters = 3;
+    const CollectiveResult r = check_and_time_groups(w, groups.group(kind), c);
+    EXPECT_EQ(r.wrong, 0) << to_string(kind);
+    EXPECT_EQ(r.groups, layout.group_count(kind)) << to_string(kind);
+    EXPECT_EQ(r.group, to_string(kind));
+    // Every rank reports the same (slowest-group) time.
+    std::vector<double> t{r.time_median_s, -r.time_median_s};
+    w.host_max(t);
+    EXPECT_EQ(t[0], -t[1]) << to_string(kind);
+    table.push_back(r);
+  }
+  if (w.rank() == 0) std::printf("%s", format_nccl_table(table).c_str());
 }
 
 TEST(TedGroups, RejectsLayoutForAnotherWorldSize) {

@@ -171,10 +171,48 @@ CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   return res;
 }
 
+CollectiveResult check_and_time_groups(Communicator& world, Communicator& group,
+                                       const CollectiveCase& c) {
+  CollectiveResult r = check_and_time(group, c);
+  // Group results are already agreed inside each group; count each group once, via its rank 0.
+  const bool leader = group.rank() == 0;
+  r.groups = int(world.host_sum(leader ? 1 : 0));
+  r.wrong = world.host_sum(leader ? r.wrong : 0);
+  std::vector<double> t{r.time_median_s, r.time_min_s, r.time_max_s};
+  world.host_max(t);
+  r.time_median_s = t[0];
+  r.time_min_s = t[1];
+  r.time_max_s = t[2];
+  r.algbw_gbs = r.busbw_gbs = 0;
+  if (r.time_median_s > 0) {
+    r.algbw_gbs = double(r.bytes) / r.time_median_s / kGB;
+    r.busbw_gbs = r.algbw_gbs * bus_bandwidth_factor(r.op, r.ranks);
+  }
+  return r;
+}
+
+std::vector<std::int64_t> sweep_counts(std::int64_t min_bytes, std::int64_t max_bytes,
+                                       double factor, Dtype dtype) {
+  if (min_bytes < 0 || max_bytes < min_bytes || !(factor > 1.0))
+    throw InputError("collective sweep: need 0 <= min_bytes <= max_bytes and a step factor > 1");
+  const std::int64_t esize = bytes_of(dtype);
+  std::vector<std::int64_t> counts;
+  for (double bytes = double(min_bytes); bytes < double(max_bytes);
+       bytes = std::max(bytes * factor, bytes + 1))
+    counts.push_back(std::int64_t(bytes) / esize);
+  counts.push_back(max_bytes / esize);
+  // Small sizes can round to the same count; keep each once.
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
 std::string nccl_table_header(const CollectiveResult& first) {
   char line[256];
-  std::snprintf(line, sizeof line, "# %s on %s (%d ranks)%s\n", collective_name(first.op),
-                first.group.c_str(), first.ranks, first.in_place ? ", in place" : "");
+  const std::string at_once =
+      first.groups > 1 ? ", " + std::to_string(first.groups) + " groups at once" : "";
+  std::snprintf(line, sizeof line, "# %s on %s (%d ranks%s)%s\n", collective_name(first.op),
+                first.group.c_str(), first.ranks, at_once.c_str(),
+                first.in_place ? ", in place" : "");
   std::string out = line;
   std::snprintf(line, sizeof line, "#%13s %13s %7s %7s %10s %8s %8s %7s\n", "size", "count", "type",
                 "redop", "time", "algbw", "busbw", "#wrong");
@@ -198,7 +236,8 @@ std::string format_nccl_table(const std::vector<CollectiveResult>& results) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     const bool new_block = i == 0 || r.op != results[i - 1].op || r.group != results[i - 1].group ||
-                           r.ranks != results[i - 1].ranks || r.in_place != results[i - 1].in_place;
+                           r.ranks != results[i - 1].ranks || r.in_place != results[i - 1].in_place ||
+                           r.groups != results[i - 1].groups;
     if (new_block) out += nccl_table_header(r);
     out += nccl_table_row(r);
   }

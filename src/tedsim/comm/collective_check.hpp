@@ -40,11 +40,24 @@ struct CollectiveResult {
   double algbw_gbs = 0;  // bytes / median time, decimal GB/s
   double busbw_gbs = 0;  // algbw * bus_bandwidth_factor(op, ranks)
   std::int64_t wrong = 0;  // elements differing from the expected result, summed over the group
+  int groups = 1;          // groups of this kind that ran at once (check_and_time_groups)
 };
 
 // Collective over `comm`. Throws InputError for an impossible case (in-place all-to-all, max with
 // a collective that does not reduce, negative count or iterations), RunError from the backend.
 CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c);
+
+// Every group of one kind at once (all TP groups, all expert groups, ...): each rank passes its own
+// `group`, split from `world`. Collective over `world`. The result is the same on every rank: the
+// slowest group's times (it sets the pace of a TED step), bandwidths from those, #wrong summed
+// over all groups, and `groups` = how many ran.
+CollectiveResult check_and_time_groups(Communicator& world, Communicator& group,
+                                       const CollectiveCase& c);
+
+// nccl-tests sweep: counts of `dtype` elements from min_bytes to max_bytes, each step
+// multiplying the size by `factor` (> 1); max_bytes is always included.
+std::vector<std::int64_t> sweep_counts(std::int64_t min_bytes, std::int64_t max_bytes,
+                                       double factor, Dtype dtype);
 
 // nccl-tests table: a "#" header naming op and group, then one row per result:
 //   size count type redop time algbw busbw #wrong   (time in microseconds, median).
