@@ -37,6 +37,23 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   char host_[256] = {};
 };
 
+// Every rank runs the same tests in the same order, so each test's end is a safe point to agree:
+// rank 0 then names a test that failed elsewhere even where it passed locally.
+class FailureAgreement : public ::testing::EmptyTestEventListener {
+ public:
+  FailureAgreement(int rank, int size) : rank_(rank), size_(size) {}
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    int failed = info.result()->Failed() ? 1 : 0, total = 0;
+    MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank_ == 0 && total > 0)
+      std::printf("[  FAILED  ] %s.%s failed on %d of %d ranks\n", info.test_suite_name(),
+                  info.name(), total, size_);
+  }
+
+ private:
+  int rank_, size_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,6 +67,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailurePrinter(rank));
   }
+  listeners.Append(new FailureAgreement(rank, size));
   int failed = 0;
   {
     tedsim::test::g_world = tedsim::make_world_communicator(tedsim::Backend::cpu);
