@@ -1,0 +1,247 @@
+#include "tedsim/comm/collective_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "tedsim/comm/half.hpp"
+#include "tedsim/core/error.hpp"
+
+namespace tedsim {
+
+namespace {
+
+// Input element i of rank r: small integers of both signs, different per rank and per position,
+// so a misplaced chunk or a missing rank shows up, and sums stay exact in fp16 and bf16 for
+// groups of up to 42 ranks (|sum| <= 6n <= 256, bf16's last exact integer).
+float input_value(int r, std::int64_t i) { return float(int((r * 5 + i * 3) % 13) - 6); }
+
+// Expected value of element i of rank `me`'s output, and where the output starts in its buffer.
+float expected_value(const CollectiveCase& c, int n, int me, std::int64_t chunk, std::int64_t i) {
+  auto reduce = [&](std::int64_t index) {
+    float acc = input_value(0, index);
+    for (int r = 1; r < n; ++r)
+      acc = c.redop == ReduceOp::sum ? acc + input_value(r, index) : std::max(acc, input_value(r, index));
+    return acc;
+  };
+  switch (c.op) {
+    case CollectiveOp::all_reduce: return reduce(i);
+    case CollectiveOp::all_gather: return input_value(int(i / chunk), i % chunk);
+    case CollectiveOp::reduce_scatter: return reduce(std::int64_t(me) * chunk + i);
+    case CollectiveOp::all_to_all:
+      return input_value(int(i / chunk), std::int64_t(me) * chunk + i % chunk);
+    case CollectiveOp::count: break;
+  }
+  return 0;
+}
+
+// Rounding bound for 16-bit sums: n-1 additions, each off by at most half an ulp of a partial
+// sum no larger than 6n. The inputs are integers, so fp32 is exact.
+double tolerance(Dtype dtype, int n) {
+  const double eps = dtype == Dtype::fp32 ? 0.0 : dtype == Dtype::fp16 ? std::ldexp(1.0, -10)
+                                                                        : std::ldexp(1.0, -7);
+  return eps * 0.5 * 6.0 * n * n;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+const char* redop_name(const CollectiveResult& r) {
+  const bool reduces = r.op == CollectiveOp::all_reduce || r.op == CollectiveOp::reduce_scatter;
+  return reduces ? to_string(r.redop) : "none";
+}
+
+}  // namespace
+
+CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
+  const int n = comm.size(), me = comm.rank();
+  const bool reduces = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::reduce_scatter;
+  if (c.count < 0 || c.warmup < 0 || c.iters < 1)
+    throw InputError(comm.where() + ": collective check needs count >= 0, warmup >= 0, iters >= 1");
+  if (c.in_place && c.op == CollectiveOp::all_to_all)
+    throw InputError(comm.where() + ": all_to_all cannot run in place");
+  if (!reduces && c.redop != ReduceOp::sum)
+    throw InputError(comm.where() + ": " + collective_name(c.op) + " does not reduce; redop must be sum");
+
+  CollectiveResult res;
+  res.op = c.op;
+  res.dtype = c.dtype;
+  res.redop = c.redop;
+  res.in_place = c.in_place;
+  res.group = comm.name();
+  res.ranks = n;
+  res.count = usable_count(c.op, c.count, n);
+  const std::size_t esize = std::size_t(bytes_of(c.dtype));
+  res.bytes = res.count * std::int64_t(esize);
+  const std::int64_t chunk = chunk_count(c.op, res.count, n);
+
+  // Element counts of this rank's input and output, and where the output sits in its buffer.
+  std::int64_t in_count = res.count, out_count = res.count, out_offset = 0;
+  if (c.op == CollectiveOp::all_gather) in_count = chunk;
+  if (c.op == CollectiveOp::reduce_scatter) out_count = chunk;
+
+  // Host images of the input (for upload) and of the expected output.
+  std::vector<std::byte> host_in(std::size_t(in_count) * esize);
+  for (std::int64_t i = 0; i < in_count; ++i)
+    store_from_float(host_in.data(), i, c.dtype, input_value(me, i));
+
+  // Buffers: out of place, a send and a receive buffer; in place, one buffer laid out as NCCL
+  // expects (all-gather input at rank*chunk of the output, reduce-scatter output at rank*chunk
+  // of the input).
+  std::unique_ptr<CommBuffer> send, recv;
+  std::size_t in_upload_offset = 0;
+  if (c.in_place) {
+    const std::int64_t whole = std::max(in_count, out_count);
+    recv = comm.make_buffer(std::size_t(whole) * esize);
+    if (c.op == CollectiveOp::all_gather) in_upload_offset = std::size_t(me) * std::size_t(chunk) * esize;
+    if (c.op == CollectiveOp::reduce_scatter) out_offset = std::int64_t(me) * chunk;
+  } else {
+    send = comm.make_buffer(std::size_t(in_count) * esize);
+    recv = comm.make_buffer(std::size_t(out_count) * esize);
+  }
+  CommBuffer& in_buf = c.in_place ? *recv : *send;
+  char* const recv_ptr = static_cast<char*>(recv->data());
+  const void* send_ptr = c.in_place ? recv_ptr + in_upload_offset : in_buf.data();
+  void* out_ptr = recv_ptr + (c.op == CollectiveOp::reduce_scatter && c.in_place
+                                  ? std::size_t(out_offset) * esize : 0);
+  if (c.op == CollectiveOp::all_reduce && c.in_place) out_ptr = recv_ptr;
+
+  auto upload_input = [&] { in_buf.upload(host_in.data(), host_in.size(), in_upload_offset); };
+  auto run_once = [&] {
+    switch (c.op) {
+      case CollectiveOp::all_reduce:
+        comm.all_reduce(send_ptr, out_ptr, std::size_t(res.count), c.dtype, c.redop);
+        break;
+      case CollectiveOp::all_gather:
+        comm.all_gather(send_ptr, recv_ptr, std::size_t(chunk), c.dtype);
+        break;
+      case CollectiveOp::reduce_scatter:
+        comm.reduce_scatter(send_ptr, out_ptr, std::size_t(chunk), c.dtype, c.redop);
+        break;
+      case CollectiveOp::all_to_all:
+        comm.all_to_all(send_ptr, recv_ptr, std::size_t(chunk), c.dtype);
+        break;
+      case CollectiveOp::count: break;
+    }
+  };
+
+  upload_input();
+  for (int w = 0; w < c.warmup; ++w) {
+    if (c.in_place) upload_input();  // an in-place reduction overwrote its input
+    run_once();
+  }
+  comm.wait();
+
+  auto timer = comm.make_timer();
+  std::vector<double> times(std::size_t(c.iters));
+  for (int it = 0; it < c.iters; ++it) {
+    if (c.in_place) upload_input();
+    // Start together, so a late rank's skew is not charged to the collective.
+    comm.barrier();
+    timer->start();
+    run_once();
+    timer->stop();
+    times[std::size_t(it)] = timer->seconds();
+  }
+  comm.host_max(times);
+  res.time_median_s = median(times);
+  res.time_min_s = *std::min_element(times.begin(), times.end());
+  res.time_max_s = *std::max_element(times.begin(), times.end());
+  if (res.time_median_s > 0) {
+    res.algbw_gbs = double(res.bytes) / res.time_median_s / kGB;
+    res.busbw_gbs = res.algbw_gbs * bus_bandwidth_factor(c.op, n);
+  }
+
+  // Check the last repetition's output.
+  std::vector<std::byte> host_out(std::size_t(out_count) * esize);
+  recv->download(host_out.data(), host_out.size(), std::size_t(out_offset) * esize);
+  const double tol = tolerance(c.dtype, n);
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < out_count; ++i) {
+    const double got = load_as_float(host_out.data(), i, c.dtype);
+    const double want = expected_value(c, n, me, chunk, i);
+    if (!(std::fabs(got - want) <= tol)) ++wrong;  // NaN counts as wrong
+  }
+  res.wrong = comm.host_sum(wrong);
+  return res;
+}
+
+CollectiveResult check_and_time_groups(Communicator& world, Communicator& group,
+                                       const CollectiveCase& c) {
+  CollectiveResult r = check_and_time(group, c);
+  // Group results are already agreed inside each group; count each group once, via its rank 0.
+  const bool leader = group.rank() == 0;
+  r.groups = int(world.host_sum(leader ? 1 : 0));
+  r.wrong = world.host_sum(leader ? r.wrong : 0);
+  std::vector<double> t{r.time_median_s, r.time_min_s, r.time_max_s};
+  world.host_max(t);
+  r.time_median_s = t[0];
+  r.time_min_s = t[1];
+  r.time_max_s = t[2];
+  r.algbw_gbs = r.busbw_gbs = 0;
+  if (r.time_median_s > 0) {
+    r.algbw_gbs = double(r.bytes) / r.time_median_s / kGB;
+    r.busbw_gbs = r.algbw_gbs * bus_bandwidth_factor(r.op, r.ranks);
+  }
+  return r;
+}
+
+std::vector<std::int64_t> sweep_counts(std::int64_t min_bytes, std::int64_t max_bytes,
+                                       double factor, Dtype dtype) {
+  if (min_bytes < 0 || max_bytes < min_bytes || !(factor > 1.0))
+    throw InputError("collective sweep: need 0 <= min_bytes <= max_bytes and a step factor > 1");
+  const std::int64_t esize = bytes_of(dtype);
+  std::vector<std::int64_t> counts;
+  for (double bytes = double(min_bytes); bytes < double(max_bytes);
+       bytes = std::max(bytes * factor, bytes + 1))
+    counts.push_back(std::int64_t(bytes) / esize);
+  counts.push_back(max_bytes / esize);
+  // Small sizes can round to the same count; keep each once.
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  return counts;
+}
+
+std::string nccl_table_header(const CollectiveResult& first) {
+  char line[256];
+  const std::string at_once =
+      first.groups > 1 ? ", " + std::to_string(first.groups) + " groups at once" : "";
+  std::snprintf(line, sizeof line, "# %s on %s (%d ranks%s)%s\n", collective_name(first.op),
+                first.group.c_str(), first.ranks, at_once.c_str(),
+                first.in_place ? ", in place" : "");
+  std::string out = line;
+  std::snprintf(line, sizeof line, "#%13s %13s %7s %7s %10s %8s %8s %7s\n", "size", "count", "type",
+                "redop", "time", "algbw", "busbw", "#wrong");
+  out += line;
+  std::snprintf(line, sizeof line, "#%13s %13s %7s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "");
+  return out + line;
+}
+
+std::string nccl_table_row(const CollectiveResult& r) {
+  char line[256];
+  std::snprintf(line, sizeof line, " %13lld %13lld %7s %7s %10.2f %8.2f %8.2f %7lld\n",
+                static_cast<long long>(r.bytes), static_cast<long long>(r.count), to_string(r.dtype),
+                redop_name(r), r.time_median_s * 1e6, r.algbw_gbs, r.busbw_gbs,
+                static_cast<long long>(r.wrong));
+  return line;
+}
+
+std::string format_nccl_table(const std::vector<CollectiveResult>& results) {
+  std::string out;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    const bool new_block = i == 0 || r.op != results[i - 1].op || r.group != results[i - 1].group ||
+                           r.ranks != results[i - 1].ranks || r.in_place != results[i - 1].in_place ||
+                           r.groups != results[i - 1].groups;
+    if (new_block) out += nccl_table_header(r);
+    out += nccl_table_row(r);
+  }
+  return out;
+}
+
+}  // namespace tedsim
