@@ -8,7 +8,7 @@
 #include <string>
 
 #include "tedsim/comm/collective_check.hpp"
-#include "tedsim/comm/collective_table.hpp"
+#include "tedsim/profile/collective_table.hpp"
 #include "tedsim/comm/half.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/spec/rank_layout.hpp"

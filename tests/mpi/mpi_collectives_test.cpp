@@ -57,7 +57,7 @@ TEST_P(MpiCollective, NoWrongElementsForEveryDtypeAndSize) {
         c.warmup = 1;
         c.iters = 3;
         const CollectiveResult r = check_and_time(w, c);
-        SCOPED_TRACE(std::string(collective_name(op)) + " " + to_string(dtype) + " count " +
+        SCOPED_TRACE(std::string(to_string(op)) + " " + to_string(dtype) + " count " +
                      std::to_string(count) + (in_place ? " in place" : ""));
         EXPECT_EQ(r.wrong, 0);
         EXPECT_EQ(r.ranks, w.size());
@@ -79,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(AllOps, MpiCollective,
                          ::testing::Values(CollectiveOp::all_reduce, CollectiveOp::all_gather,
                                            CollectiveOp::reduce_scatter, CollectiveOp::all_to_all),
                          [](const ::testing::TestParamInfo<CollectiveOp>& info) {
-                           return std::string(collective_name(info.param));
+                           return std::string(to_string(info.param));
                          });
 
 TEST(MpiCollectives, MaxReductions) {
@@ -92,7 +92,7 @@ TEST(MpiCollectives, MaxReductions) {
       c.redop = ReduceOp::max;
       c.count = 4096;
       c.iters = 2;
-      EXPECT_EQ(check_and_time(w, c).wrong, 0) << collective_name(op) << " " << to_string(dtype);
+      EXPECT_EQ(check_and_time(w, c).wrong, 0) << to_string(op) << " " << to_string(dtype);
     }
 }
 
@@ -175,7 +175,7 @@ TEST(MpiCheck, CountsWrongElementsOverTheGroup) {
     c.count = 64 * bad.size();
     c.dtype = Dtype::bf16;
     c.iters = 2;
-    EXPECT_EQ(check_and_time(bad, c).wrong, 1) << collective_name(op);
+    EXPECT_EQ(check_and_time(bad, c).wrong, 1) << to_string(op);
   }
 }
 

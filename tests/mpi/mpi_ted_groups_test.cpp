@@ -60,7 +60,7 @@ TEST(TedGroups, EveryLayoutHasRightMembersAndCorrectCollectives) {
               c.dtype = op == CollectiveOp::all_to_all ? Dtype::bf16 : Dtype::fp32;
               c.warmup = 1;
               c.iters = 2;
-              EXPECT_EQ(check_and_time(g, c).wrong, 0) << collective_name(op);
+              EXPECT_EQ(check_and_time(g, c).wrong, 0) << to_string(op);
             }
           }
         }

@@ -66,7 +66,7 @@ CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   if (c.in_place && c.op == CollectiveOp::all_to_all)
     throw InputError(comm.where() + ": all_to_all cannot run in place");
   if (!reduces && c.redop != ReduceOp::sum)
-    throw InputError(comm.where() + ": " + collective_name(c.op) + " does not reduce; redop must be sum");
+    throw InputError(comm.where() + ": " + to_string(c.op) + " does not reduce; redop must be sum");
 
   CollectiveResult res;
   res.op = c.op;
@@ -210,7 +210,7 @@ std::string nccl_table_header(const CollectiveResult& first) {
   char line[256];
   const std::string at_once =
       first.groups > 1 ? ", " + std::to_string(first.groups) + " groups at once" : "";
-  std::snprintf(line, sizeof line, "# %s on %s (%d ranks%s)%s\n", collective_name(first.op),
+  std::snprintf(line, sizeof line, "# %s on %s (%d ranks%s)%s\n", to_string(first.op),
                 first.group.c_str(), first.ranks, at_once.c_str(),
                 first.in_place ? ", in place" : "");
   std::string out = line;

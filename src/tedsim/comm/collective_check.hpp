@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tedsim/comm/collective_table.hpp"
+#include "tedsim/profile/collective_table.hpp"
 #include "tedsim/comm/communicator.hpp"
 
 namespace tedsim {

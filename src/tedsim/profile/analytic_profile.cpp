@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "tedsim/core/error.hpp"
-#include "tedsim/profile/collective_model.hpp"
+#include "tedsim/profile/collective_table.hpp"
 
 namespace tedsim {
 

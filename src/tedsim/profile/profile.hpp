@@ -31,10 +31,8 @@ enum class KernelKind : std::uint8_t {
   adam,          // optimizer update over fp32 master weights and moments
   count
 };
-const char* to_string(KernelKind kind);
 
 enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, count };
-const char* to_string(CollectiveOp op);
 
 // Where a process group lives. The slowest group of a kind sets the pace, so a group shape is the
 // worst one of its kind under the rank layout.
@@ -45,6 +43,32 @@ struct GroupSpan {
   int groups_per_node = 1;     // groups of this kind with members on one node (they share the NICs)
   bool crosses_islands = false;  // inside a node, spans GPUs not directly linked (Summit's triads)
 };
+
+constexpr const char* to_string(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::gating: return "gating";
+    case KernelKind::dispatch: return "dispatch";
+    case KernelKind::combine: return "combine";
+    case KernelKind::layernorm: return "layernorm";
+    case KernelKind::activation: return "activation";
+    case KernelKind::softmax: return "softmax";
+    case KernelKind::elementwise: return "elementwise";
+    case KernelKind::adam: return "adam";
+    case KernelKind::count: break;
+  }
+  return "?";
+}
+
+constexpr const char* to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::count: break;
+  }
+  return "?";
+}
 
 class Profile {
  public:

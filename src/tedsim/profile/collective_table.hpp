@@ -41,17 +41,4 @@ constexpr std::int64_t usable_count(CollectiveOp op, std::int64_t count, int n) 
   return op == CollectiveOp::all_reduce || n <= 0 ? count : (count / n) * n;
 }
 
-// The name in nccl-tests' spelling, for tables; kept here rather than using profile.cpp's
-// to_string so the comm library does not link the cost model.
-constexpr const char* collective_name(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::all_reduce: return "all_reduce";
-    case CollectiveOp::all_gather: return "all_gather";
-    case CollectiveOp::reduce_scatter: return "reduce_scatter";
-    case CollectiveOp::all_to_all: return "all_to_all";
-    case CollectiveOp::count: break;
-  }
-  return "?";
-}
-
 }  // namespace tedsim
