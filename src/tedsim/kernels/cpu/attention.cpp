@@ -30,12 +30,7 @@ void attention_forward(int heads, int seq, int head_dim, bool causal, const floa
       const int valid = causal ? i + 1 : seq;
       float m = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < valid; ++j) m = row[j] > m ? row[j] : m;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int j = 0; j < valid; ++j) {
-        row[j] = detail::fast_exp(row[j] - m);
-        s += row[j];
-      }
+      const float s = detail::exp_shifted_row(row, m, row, valid);
       const float inv = 1.0f / s;
       for (int j = 0; j < valid; ++j) row[j] *= inv;
       for (int j = valid; j < seq; ++j) row[j] = 0.0f;

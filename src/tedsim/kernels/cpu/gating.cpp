@@ -108,9 +108,12 @@ void gating_forward(const float* logits, int tokens, int experts, const GatingCo
     float best_v[kMaxTopK] = {};
     int best_i[kMaxTopK] = {};
     int filled = 0;
+    // The k-th best so far, kept in a register: reading best_v[k-1] from the stack on every
+    // element cost a store-forwarding round trip per comparison.
+    float threshold = 0.0f;
     for (std::size_t e = 0; e < E; ++e) {
       const float v = x[e];
-      if (filled == k && !(v > best_v[k - 1])) continue;
+      if (filled == k && !(v > threshold)) continue;
       int slot = filled < k ? filled++ : k - 1;
       while (slot > 0 && v > best_v[slot - 1]) {
         best_v[slot] = best_v[slot - 1];
@@ -119,19 +122,14 @@ void gating_forward(const float* logits, int tokens, int experts, const GatingCo
       }
       best_v[slot] = v;
       best_i[slot] = static_cast<int>(e);
+      threshold = best_v[k - 1];
     }
     std::int32_t* ex = out.expert.data() + static_cast<std::size_t>(t) * k;
     for (int j = 0; j < k; ++j) ex[j] = best_i[j];
     ++out.top1_count[best_i[0]];
 
     const float m = best_v[0];
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (std::size_t e = 0; e < E; ++e) {
-      const float y = detail::fast_exp(x[e] - m);
-      p[e] = y;
-      s += y;
-    }
+    const float s = detail::exp_shifted_row(x, m, p, E);
     const float inv = 1.0f / s;
     float* bs = block_sum.data();
 #pragma omp simd
