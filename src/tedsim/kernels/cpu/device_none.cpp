@@ -1,0 +1,12 @@
+// Device discovery for builds without CUDA: there is never a device, and we say why.
+#include "tedsim/kernels/device.hpp"
+
+namespace tedsim::kernels {
+
+bool built_with_cuda() { return false; }
+int cuda_device_count() { return 0; }
+std::string describe_cuda_unavailable() {
+  return "no CUDA device: tedsim was built without CUDA (reconfigure with nvcc on PATH and -DTEDSIM_CUDA=ON)";
+}
+
+}  // namespace tedsim::kernels

@@ -1,0 +1,109 @@
+// cuBLAS / cuBLASLt GEMMs for row-major operands. cuBLAS is column-major; a row-major [r,c]
+// matrix is the column-major [c,r] matrix, so C = op(A) op(B) is computed as
+// C^T = op(B)^T op(A)^T: swap the operands and the m/n sizes, keep each operand's transpose flag.
+// Compute type is always CUBLAS_COMPUTE_32F (fp32 accumulate; tensor cores for fp16/bf16).
+#include <cublasLt.h>
+
+#include "tedsim/kernels/cuda/common.cuh"
+#include "tedsim/kernels/cuda/cuda_kernels.hpp"
+
+namespace tedsim::kernels::cuda {
+
+struct BlasHandle::Impl {
+  cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 32u << 20;  // cuBLASLt's recommended size on Hopper
+};
+
+BlasHandle::BlasHandle() : impl_(std::make_unique<Impl>()) {
+  TEDSIM_CUBLAS_CHECK(cublasCreate(&impl_->blas));
+  TEDSIM_CUBLAS_CHECK(cublasLtCreate(&impl_->lt));
+  TEDSIM_CUDA_CHECK(cudaMalloc(&impl_->workspace, impl_->workspace_bytes));
+  TEDSIM_CUBLAS_CHECK(cublasSetWorkspace(impl_->blas, impl_->workspace, impl_->workspace_bytes));
+}
+
+BlasHandle::~BlasHandle() {
+  if (impl_->lt) cublasLtDestroy(impl_->lt);
+  if (impl_->blas) cublasDestroy(impl_->blas);
+  if (impl_->workspace) cudaFree(impl_->workspace);
+}
+
+namespace {
+cudaDataType_t cuda_type(Dtype t) {
+  switch (t) {
+    case Dtype::fp16: return CUDA_R_16F;
+    case Dtype::bf16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+cublasOperation_t op_of(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+}  // namespace
+
+void gemm(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda, const void* b,
+          int ldb, void* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  const cudaDataType_t t = cuda_type(type);
+  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b, t, ldb,
+                                   a, t, lda, &op.beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_strided_batched(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda,
+                          long long stride_a, const void* b, int ldb, long long stride_b, void* c, int ldc,
+                          long long stride_c, int batch) {
+  if (m <= 0 || n <= 0 || batch <= 0) return;
+  const cudaDataType_t t = cuda_type(type);
+  TEDSIM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k,
+                                                 &op.alpha, b, t, ldb, stride_b, a, t, lda, stride_a, &op.beta, c, t,
+                                                 ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_grouped(BlasHandle& h, Dtype type, const GemmOp& op, const std::vector<DeviceGemmProblem>& problems) {
+  // A loop keeps one code path for every CUDA version; cublasGemmGroupedBatchedEx (12.5+) would
+  // save launch overhead for many small experts.
+  for (const DeviceGemmProblem& p : problems) gemm(h, type, op, p.m, p.n, p.k, p.a, p.lda, p.b, p.ldb, p.c, p.ldc);
+}
+
+namespace {
+// RAII for the cuBLASLt descriptors so an exception never leaks them.
+struct LtDescs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+}  // namespace
+
+void gemm_lt(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda,
+             const void* b, int ldb, void* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  const cudaDataType_t t = cuda_type(type);
+  LtDescs d;
+  // Column-major view: first operand is B (rows n, cols k when not transposed), second is A.
+  const cublasOperation_t first = op_of(op.trans_b), second = op_of(op.trans_a);
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof first));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof second));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, t, op.trans_b ? k : n, op.trans_b ? n : k, ldb));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, t, op.trans_a ? m : k, op.trans_a ? k : m, lda));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, t, n, m, ldc));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  auto& impl = h.impl();
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &impl.workspace_bytes, sizeof impl.workspace_bytes));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  TEDSIM_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(impl.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
+  if (found == 0) detail::fail(__FILE__, __LINE__, "cublasLt found no algorithm for this GEMM");
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmul(impl.lt, d.op, &op.alpha, b, d.a, a, d.b, &op.beta, c, d.c, c, d.c,
+                                     &heuristic.algo, impl.workspace, impl.workspace_bytes, nullptr));
+}
+
+}  // namespace tedsim::kernels::cuda

@@ -1,0 +1,68 @@
+// Device memory, synchronization and dtype conversion: the plumbing tests and benchmarks need to
+// drive the kernels from plain C++.
+#include "tedsim/kernels/cuda/common.cuh"
+#include "tedsim/kernels/cuda/cuda_kernels.hpp"
+
+namespace tedsim::kernels::cuda {
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) TEDSIM_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);  // no throw from a destructor
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void DeviceBuffer::upload(const void* host, std::size_t bytes) {
+  if (bytes > bytes_) detail::fail(__FILE__, __LINE__, "upload larger than the device buffer");
+  if (bytes) TEDSIM_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+}
+void DeviceBuffer::download(void* host, std::size_t bytes) const {
+  if (bytes > bytes_) detail::fail(__FILE__, __LINE__, "download larger than the device buffer");
+  if (bytes) TEDSIM_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
+}
+void DeviceBuffer::zero() {
+  if (bytes_) TEDSIM_CUDA_CHECK(cudaMemset(ptr_, 0, bytes_));
+}
+
+void synchronize() { TEDSIM_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+namespace {
+template <class Src, class Dst>
+__global__ void convert_kernel(const Src* src, Dst* dst, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    dst[i] = detail::from_f32<Dst>(detail::to_f32(src[i]));
+  }
+}
+}  // namespace
+
+void convert_from_fp32(const float* src, Dtype dst_type, void* dst, std::size_t n) {
+  detail::with_type(dst_type, [&](auto tag) {
+    using T = decltype(tag);
+    convert_kernel<float, T><<<detail::blocks_for(n, 256), 256>>>(src, static_cast<T*>(dst), n);
+  });
+  TEDSIM_CUDA_CHECK_LAUNCH();
+}
+
+void convert_to_fp32(const void* src, Dtype src_type, float* dst, std::size_t n) {
+  detail::with_type(src_type, [&](auto tag) {
+    using T = decltype(tag);
+    convert_kernel<T, float><<<detail::blocks_for(n, 256), 256>>>(static_cast<const T*>(src), dst, n);
+  });
+  TEDSIM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tedsim::kernels::cuda
