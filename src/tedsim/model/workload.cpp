@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace tedsim {
 
@@ -20,7 +21,7 @@ const char* to_string(Phase p) {
 }
 
 void Block::add(const Op& op) {
-  if (count == kMaxOps) return;  // layer op lists are fixed and far below the cap
+  if (count == kMaxOps) throw std::logic_error("tedsim: a block holds more ops than Block::kMaxOps");
   ops[count++] = op;
   seconds += op.seconds;
   flops += op.flops;

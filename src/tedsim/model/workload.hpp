@@ -31,7 +31,7 @@ struct Op {
 // Ops that run back to back on the compute stream. Collectives inside a layer block the stream:
 // the next op needs their output, so their time is exposed by construction.
 struct Block {
-  static constexpr int kMaxOps = 64;
+  static constexpr int kMaxOps = 40;  // the MoE backward, the longest, has 31
   Op ops[kMaxOps];
   int count = 0;
   double seconds = 0;

@@ -17,11 +17,18 @@ const GroupSpans& Evaluator::spans_for(const ParallelConfig& c) const {
 }
 
 Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace) const {
+  return evaluate(c, trace, false);
+}
+
+Prediction Evaluator::evaluate_if_fits(const ParallelConfig& c) const { return evaluate(c, nullptr, true); }
+
+Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace, bool skip_unfit) const {
   Prediction p;
   p.config = c;
   const Workload w = build_workload(model_, c, profile_, spans_for(c));
-  p.sim = simulate_iteration(model_, c, w, trace);
   p.memory = estimate_memory(model_, c, w, topology_);
+  if (skip_unfit && !p.memory.fits()) return p;
+  p.sim = simulate_iteration(model_, c, w, trace);
   const double t = p.sim.iteration_s;
   const double microbatches_all_ranks = double(w.shape.ga) * c.gpus;
   p.flops_per_iteration = w.flops_per_microbatch * microbatches_all_ranks;

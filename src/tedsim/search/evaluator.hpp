@@ -28,12 +28,16 @@ class Evaluator {
   Evaluator(const ModelSpec& model, const TopologySpec& topology, const Profile& profile);
   // `config` must be valid (validate_config); `trace` optionally records the timeline.
   Prediction evaluate(const ParallelConfig& config, TraceRecorder* trace = nullptr) const;
+  // For search: memory first, and no timeline for configurations that cannot fit (their rates
+  // stay 0), which is where most of a large search space ends.
+  Prediction evaluate_if_fits(const ParallelConfig& config) const;
   const GroupSpans& spans_for(const ParallelConfig& config) const;
   const ModelSpec& model() const { return model_; }
   const TopologySpec& topology() const { return topology_; }
   const Profile& profile() const { return profile_; }
 
  private:
+  Prediction evaluate(const ParallelConfig& config, TraceRecorder* trace, bool skip_unfit) const;
   const ModelSpec& model_;
   const TopologySpec& topology_;
   const Profile& profile_;

@@ -80,7 +80,7 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
   std::vector<Ranked> feasible;
   const long long total = static_cast<long long>(configs.size());
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Prediction p = evaluator.evaluate(configs[i]);
+    const Prediction p = evaluator.evaluate_if_fits(configs[i]);
     ++result.evaluated;
     if (p.fits()) feasible.push_back({p.tokens_per_s, i});
     if (progress && (i + 1) % 65536 == 0) progress(static_cast<long long>(i + 1), total);
