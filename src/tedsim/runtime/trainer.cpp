@@ -306,7 +306,7 @@ struct Trainer::Impl {
     }
     const int n = comm.size();
     const double t0 = now_s();
-    if (n == 1) {
+    if (n == 1) {  // a group of one moves nothing: its copy counts as compute, as in the cost model
       if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, recv_count * sizeof(float));
     } else {
       switch (kind) {
@@ -315,8 +315,8 @@ struct Trainer::Impl {
         case Coll::all_to_all: comm.all_to_all(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
       }
       comm.wait();
+      phase[ph] += now_s() - t0;
     }
-    phase[ph] += now_s() - t0;
     if (mode == CommMode::record) {
       cur_stash->emplace_back(recvbuf, recvbuf + recv_count);
     }
