@@ -109,7 +109,8 @@ void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
 
 std::string ms(double s) { return fixed(s * 1e3, 3); }
 std::string rel_error(double predicted, double measured) {
-  if (measured <= 0) return predicted <= 0 ? "-" : "n/a";
+  if (measured < 1e-7 && predicted < 1e-7) return "-";  // a phase neither side has (group of one)
+  if (measured <= 0) return "n/a";
   return (predicted >= measured ? "+" : "") + fixed(100.0 * (predicted - measured) / measured, 1) + "%";
 }
 nlohmann::json rel_error_json(double predicted, double measured) {

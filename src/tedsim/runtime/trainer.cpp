@@ -792,8 +792,8 @@ struct Trainer::Impl {
         else
           comm.all_reduce(g.data(), g.data(), total, Dtype::fp32);
         comm.wait();
+        phase[kDpGradSync] += now_s() - t0;
       }
-      phase[kDpGradSync] += now_s() - t0;
       t0 = now_s();
       const std::size_t tile = expert && cfg.tiled_optimizer ? std::max<std::size_t>(opt.optimizer_tile, 1) : count;
       for (std::size_t i = 0; i < count; i += tile) {
