@@ -1,0 +1,271 @@
+// tedsim validate: predict one configuration, run the real training step for it under MPI (warm-up,
+// then N measured iterations), and print predicted vs measured per phase, for the iteration and
+// for memory. MPI is initialized here, so the other commands run without mpirun.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <memory>
+
+#include "inputs.hpp"
+#include "tedsim/comm/communicator.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/core/yaml_reader.hpp"
+#include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/report/prediction_json.hpp"
+#include "tedsim/report/text_table.hpp"
+#include "tedsim/runtime/measure.hpp"
+#include "tedsim/search/evaluator.hpp"
+#include "validate_command.hpp"
+
+namespace tedsim::cli {
+
+std::unique_ptr<Profile> load_validation_profile(const std::string& path, const TopologySpec& topology) {
+  if (path.empty()) return std::make_unique<AnalyticProfile>(topology);
+  throw InputError("--profile " + path +
+                   ": measured profiles are not supported by this build yet (load_validation_profile in "
+                   "src/cli/cmd_validate.cpp is the hook)");
+}
+
+namespace {
+
+struct ValidateOptions {
+  InputOptions in;
+  std::string config;
+  int tp = 1, ep = 1, micro_batch = 1, zero = 1;
+  bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true;
+  std::string layout = "ted";
+  std::string backend = "cpu";
+  int warmup = 2, iters = 10;
+  std::string profile;
+  std::uint64_t seed = 1234;
+  std::string data;
+  float lr = 1e-3f;
+  double tolerance = 0.25;
+};
+
+// MPI for the duration of the command (unless the caller already initialized it).
+struct MpiSession {
+  bool owned = false;
+  MpiSession() {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      MPI_Init(nullptr, nullptr);
+      owned = true;
+    }
+  }
+  ~MpiSession() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (owned && !fin) MPI_Finalize();
+  }
+};
+
+bool given(const CLI::App* cmd, const char* option) { return cmd->count(option) > 0; }
+
+// Strict config file: every key required except seq and tiled_optimizer; unknown keys rejected.
+// Values apply unless the same option was given on the command line.
+void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
+  const YamlMap y = YamlMap::load_file(o.config);
+  auto need = [&](const char* key) {
+    if (!y.has(key)) throw InputError(o.config + ": missing key '" + key + "'");
+  };
+  for (const char* key : {"model", "topology", "gpus", "tp", "ep", "micro_batch", "global_batch", "dtd", "cac",
+                          "checkpoint", "zero", "expert_tp", "layout"})
+    need(key);
+  auto text = [&](const char* key, const char* opt, std::string& dst) {
+    const std::string v = y.text(key);
+    if (!given(cmd, opt)) dst = v;
+  };
+  auto integer = [&](const char* key, const char* opt, int& dst) {
+    const std::int64_t v = y.integer(key);
+    if (!given(cmd, opt)) dst = static_cast<int>(v);
+  };
+  auto flag = [&](const char* key, const char* on, const char* off, bool& dst) {
+    const bool v = y.boolean(key, dst);
+    if (!given(cmd, on) && !given(cmd, off)) dst = v;
+  };
+  text("model", "--model", o.in.model);
+  text("topology", "--topology", o.in.topology);
+  integer("gpus", "--gpus", o.in.gpus);
+  integer("tp", "--tp", o.tp);
+  integer("ep", "--ep", o.ep);
+  integer("micro_batch", "--micro-batch", o.micro_batch);
+  integer("global_batch", "--global-batch", o.in.global_batch);
+  flag("dtd", "--dtd", "--no-dtd", o.dtd);
+  flag("cac", "--cac", "--no-cac", o.cac);
+  flag("checkpoint", "--checkpoint", "--no-checkpoint", o.checkpoint);
+  integer("zero", "--zero", o.zero);
+  flag("expert_tp", "--expert-tp", "--no-expert-tp", o.expert_tp);
+  text("layout", "--layout", o.layout);
+  if (y.has("seq")) integer("seq", "--seq", o.in.seq_len);
+  if (y.has("tiled_optimizer")) flag("tiled_optimizer", "--tiled-optimizer", "--no-tiled-optimizer", o.tiled);
+  y.reject_unknown_keys();
+}
+
+std::string ms(double s) { return fixed(s * 1e3, 3); }
+std::string rel_error(double predicted, double measured) {
+  if (measured < 1e-7 && predicted < 1e-7) return "-";  // a phase neither side has (group of one)
+  if (measured <= 0) return "n/a";
+  return (predicted >= measured ? "+" : "") + fixed(100.0 * (predicted - measured) / measured, 1) + "%";
+}
+nlohmann::json rel_error_json(double predicted, double measured) {
+  if (measured <= 0) return nullptr;
+  return (predicted - measured) / measured;
+}
+
+int run_validate(ValidateOptions o, const CLI::App* cmd) {
+  const Backend backend = parse_backend(o.backend);
+  MpiSession mpi;
+  if (!o.config.empty()) apply_config_file(o, cmd);
+  int world_size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (!given(cmd, "--gpus") && (o.config.empty())) o.in.gpus = world_size;
+  if (o.in.gpus != world_size)
+    throw InputError("--gpus " + std::to_string(o.in.gpus) + ": validate runs one rank per device, but MPI runs " +
+                     std::to_string(world_size) + " ranks (launch with mpirun -np " + std::to_string(o.in.gpus) + ")");
+  runtime::require_step_backend(backend);
+  Inputs in = load_inputs(o.in);
+  in.profile = load_validation_profile(o.profile, in.topology);
+  ParallelConfig c;
+  c.gpus = o.in.gpus;
+  c.global_batch = o.in.global_batch;
+  c.seq_len = o.in.seq_len;
+  c.tp = o.tp;
+  c.ep = in.model.is_moe() ? o.ep : 1;
+  c.micro_batch = o.micro_batch;
+  c.zero = o.zero;
+  c.dtd = o.dtd;
+  c.cac = o.cac;
+  c.checkpoint = o.checkpoint;
+  c.expert_tp = o.expert_tp;
+  c.tiled_optimizer = o.tiled;
+  c.layout = parse_layout(o.layout);
+  validate_config(c, in.model);
+  for (int p = 0; p < runtime::kPhaseCount; ++p)
+    if (std::strcmp(runtime::phase_key(p), to_string(Phase(p))) != 0)
+      throw RunError("validate: runtime phase " + std::string(runtime::phase_key(p)) + " does not match cost-model phase " +
+                     to_string(Phase(p)));
+
+  auto world = make_world_communicator(backend);
+  const bool root = world->rank() == 0;
+  std::ostream& out = human_stream(o.in);
+  if (root) {
+    print_startup_table(out, in, o.in);
+    out << "configuration: " << c.describe() << " (" << world->size() << " MPI ranks, backend " << to_string(backend)
+        << ")\n";
+  }
+  const Evaluator evaluator(in.model, in.topology, *in.profile);
+  const Prediction pred = evaluator.evaluate(c);
+
+  runtime::TrainerOptions topt;
+  topt.seed = o.seed;
+  topt.data_file = o.data;
+  topt.lr = o.lr;
+  const runtime::MeasuredRun run = runtime::measure_training(*world, in.model, c, topt, o.warmup, o.iters);
+
+  if (root) {
+    out << run.description << "\n"
+        << "measured " << run.iterations << " iterations after " << run.warmup << " warm-up; iteration time is the "
+        << "slowest rank's, phases are the mean over ranks (medians over iterations)\n\n";
+    TextTable table({"phase", "predicted ms", "measured ms", "error"});
+    for (int p = 0; p < runtime::kPhaseCount; ++p)
+      table.add_row({runtime::phase_key(p), ms(pred.sim.exposed[p]), ms(run.phase_median[p]),
+                     rel_error(pred.sim.exposed[p], run.phase_median[p])});
+    table.add_row({"iteration", ms(pred.sim.iteration_s), ms(run.iteration.median),
+                   rel_error(pred.sim.iteration_s, run.iteration.median)});
+    table.add_row({"memory MiB (tensors)", fixed(pred.memory.peak / 1048576.0, 2), fixed(run.tensor_peak_bytes / 1048576.0, 2),
+                   rel_error(pred.memory.peak, run.tensor_peak_bytes)});
+    table.print(out);
+    out << "iteration spread: min " << ms(run.iteration.min) << " ms, p10 " << ms(run.iteration.p10) << " ms, median "
+        << ms(run.iteration.median) << " ms, p90 " << ms(run.iteration.p90) << " ms, max " << ms(run.iteration.max)
+        << " ms\n";
+    out << "memory measured: peak of the step's own tensors (fp32 weights, grads, Adam state, activations, buffers); "
+        << "process max RSS " << fixed(run.max_rss_bytes / 1048576.0, 1) << " MiB\n";
+    out << "loss: " << fixed(run.losses.front(), 4) << " (first step) -> " << fixed(run.losses.back(), 4) << " (last)\n";
+    const double err = run.iteration.median > 0 ? (pred.sim.iteration_s - run.iteration.median) / run.iteration.median : 0;
+    if (std::fabs(err) <= o.tolerance)
+      out << "verdict: prediction within " << fixed(100 * o.tolerance, 0) << "% of the measured iteration time\n";
+    else
+      out << "verdict: PREDICTION OFF by " << fixed(100 * err, 1) << "% (tolerance " << fixed(100 * o.tolerance, 0)
+          << "%): the profile does not describe this machine well; calibrate it (tedsim calibrate) and pass --profile\n";
+
+    if (!o.in.json.empty()) {
+      nlohmann::json doc;
+      PhaseTimes measured{};
+      for (int p = 0; p < runtime::kPhaseCount; ++p) measured[p] = run.phase_median[p];
+      nlohmann::json errors = nlohmann::json::object();
+      for (int p = 0; p < runtime::kPhaseCount; ++p)
+        errors[runtime::phase_key(p)] = rel_error_json(pred.sim.exposed[p], run.phase_median[p]);
+      errors["iteration"] = rel_error_json(pred.sim.iteration_s, run.iteration.median);
+      errors["memory"] = rel_error_json(pred.memory.peak, run.tensor_peak_bytes);
+      doc["predicted"] = {{"iteration_time_s", pred.sim.iteration_s},
+                          {"breakdown_s", phase_times_json(pred.sim.exposed)},
+                          {"memory_peak_bytes", pred.memory.peak}};
+      doc["measured"] = {{"iteration_time_s", run.iteration.median},
+                         {"breakdown_s", phase_times_json(measured)},
+                         {"spread",
+                          {{"min", run.iteration.min},
+                           {"p10", run.iteration.p10},
+                           {"median", run.iteration.median},
+                           {"p90", run.iteration.p90},
+                           {"max", run.iteration.max},
+                           {"iterations", run.iterations},
+                           {"warmup", run.warmup},
+                           {"iteration_times_s", run.iteration_s}}},
+                         {"memory_peak_bytes", run.tensor_peak_bytes},
+                         {"memory_method", "peak bytes of the step's tensors (tracking allocator), max over ranks"},
+                         {"max_rss_bytes", run.max_rss_bytes}};
+      doc["error"] = errors;
+      doc["config"] = config_json(c, in.model);
+      doc["losses"] = run.losses;
+      doc["model"] = in.model.name;
+      doc["topology"] = in.topology.name;
+      doc["profile"] = in.profile->describe();
+      doc["backend"] = to_string(backend);
+      doc["ranks"] = world->size();
+      write_json(o.in.json, doc);
+    }
+  }
+  world->barrier();
+  return 0;
+}
+
+}  // namespace
+
+void register_validate(CLI::App& app, Action& action) {
+  auto o = std::make_shared<ValidateOptions>();
+  o->in.model = "tiny-moe";
+  o->in.topology = "local-cpu";
+  o->in.global_batch = 8;
+  CLI::App* cmd = app.add_subcommand(
+      "validate", "run the real training step for one configuration under MPI and compare it with the prediction");
+  add_input_options(*cmd, o->in);  // --gpus defaults to the MPI world size here
+  cmd->add_option("--config", o->config, "validation config YAML (model, topology, gpus, tp, ep, micro_batch, ...)");
+  cmd->add_option("--tp", o->tp, "tensor degree t")->capture_default_str();
+  cmd->add_option("--ep", o->ep, "expert degree e (ignored for dense models)")->capture_default_str();
+  cmd->add_option("--micro-batch", o->micro_batch, "sequences per data-parallel replica per micro-batch")->capture_default_str();
+  cmd->add_option("--zero", o->zero, "ZeRO stage 0, 1 or 2 (2 runs as 1: gradients are reduce-scattered either way)")
+      ->capture_default_str();
+  cmd->add_flag("--dtd,!--no-dtd", o->dtd, "duplicate token dropping around the expert all-to-alls (default on)");
+  cmd->add_flag("--cac,!--no-cac", o->cac, "communication-aware checkpointing (default on)");
+  cmd->add_flag("--checkpoint,!--no-checkpoint", o->checkpoint, "activation checkpointing (default on)");
+  cmd->add_flag("--expert-tp,!--no-expert-tp", o->expert_tp, "split experts over the tensor group (default on)");
+  cmd->add_flag("--tiled-optimizer,!--no-tiled-optimizer", o->tiled, "tile the expert optimizer step (default on)");
+  cmd->add_option("--layout", o->layout, "rank layout: ted or data_before_expert")->capture_default_str();
+  cmd->add_option("--backend", o->backend, "cpu (fp32, Eigen, MPI) or cuda")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "warm-up iterations (not timed)")->capture_default_str();
+  cmd->add_option("--iters", o->iters, "measured iterations")->capture_default_str();
+  cmd->add_option("--profile", o->profile, "measured profile (tedsim calibrate); default: analytic from the topology");
+  cmd->add_option("--seed", o->seed, "seed of the parameters and the synthetic data")->capture_default_str();
+  cmd->add_option("--data", o->data, "token file (int32 .bin or whitespace-separated ids); default: synthetic");
+  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
+  cmd->add_option("--tolerance", o->tolerance, "relative error the verdict accepts")->capture_default_str();
+  cmd->callback([o, cmd, &action] { action = [o, cmd] { return run_validate(*o, cmd); }; });
+}
+
+}  // namespace tedsim::cli

@@ -1,0 +1,29 @@
+#pragma once
+// tedsim validate: run the real TED training step for one configuration under MPI and compare the
+// measured iteration time (per phase) and memory with the cost model's prediction.
+//
+// Wiring (main.cpp):
+//   #ifdef TEDSIM_RUNTIME_AVAILABLE
+//   #include "validate_command.hpp"
+//   #endif
+//   ...
+//   #ifdef TEDSIM_RUNTIME_AVAILABLE
+//   cli::register_validate(app, action);
+//   #endif
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "commands.hpp"
+#include "tedsim/profile/profile.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
+namespace tedsim::cli {
+
+void register_validate(CLI::App& app, Action& action);
+
+// Hook: the profile `validate` predicts with. An empty path gives the analytic profile of the
+// topology; a measured profile (from `tedsim calibrate`) is loaded here once its loader exists.
+std::unique_ptr<Profile> load_validation_profile(const std::string& path, const TopologySpec& topology);
+
+}  // namespace tedsim::cli

@@ -1,0 +1,70 @@
+#include "tedsim/runtime/measure.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+#include "tedsim/core/error.hpp"
+
+namespace tedsim::runtime {
+
+Spread spread_of(std::vector<double> v) {
+  Spread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const std::size_t lo = static_cast<std::size_t>(pos);
+    const std::size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  s.median = at(0.5);
+  s.min = v.front();
+  s.max = v.back();
+  s.p10 = at(0.1);
+  s.p90 = at(0.9);
+  return s;
+}
+
+MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const ParallelConfig& config,
+                             const TrainerOptions& options, int warmup, int iterations) {
+  if (warmup < 0) throw InputError("--warmup: expected a count >= 0, got " + std::to_string(warmup));
+  if (iterations <= 0) throw InputError("--iters: expected a positive count, got " + std::to_string(iterations));
+  MemoryCounter::reset_peak();
+  MeasuredRun run;
+  run.warmup = warmup;
+  run.iterations = iterations;
+  Trainer trainer(world, model, config, options);
+  run.description = trainer.describe();
+  for (int i = 0; i < warmup; ++i) run.losses.push_back(trainer.step().loss);
+  std::vector<std::array<double, kPhaseCount>> phases;
+  for (int i = 0; i < iterations; ++i) {
+    world.barrier();  // iterations start together, so the slowest rank's time is the iteration's
+    const StepStats st = trainer.step();
+    run.losses.push_back(st.loss);
+    std::vector<double> mx{st.seconds};
+    world.host_max(mx);
+    run.iteration_s.push_back(mx[0]);
+    float sum[kPhaseCount];
+    for (int p = 0; p < kPhaseCount; ++p) sum[p] = static_cast<float>(st.phase[p]);
+    if (world.size() > 1) world.all_reduce(sum, sum, kPhaseCount, Dtype::fp32);
+    std::array<double, kPhaseCount> mean{};
+    for (int p = 0; p < kPhaseCount; ++p) mean[p] = sum[p] / world.size();
+    phases.push_back(mean);
+  }
+  run.iteration = spread_of(run.iteration_s);
+  for (int p = 0; p < kPhaseCount; ++p) {
+    std::vector<double> v;
+    for (const auto& ph : phases) v.push_back(ph[p]);
+    run.phase_median[p] = spread_of(v).median;
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::vector<double> mem{static_cast<double>(MemoryCounter::peak().load()), static_cast<double>(ru.ru_maxrss) * 1024.0};
+  world.host_max(mem);
+  run.tensor_peak_bytes = mem[0];
+  run.max_rss_bytes = mem[1];
+  return run;
+}
+
+}  // namespace tedsim::runtime

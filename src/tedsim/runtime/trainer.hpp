@@ -1,0 +1,96 @@
+#pragma once
+// The TED training step (DESIGN.md section 4), CPU backend: a GPT-style pre-LayerNorm MoE decoder
+// (no biases in linear layers, no positional embedding: causal attention alone orders tokens) with
+//  - vocabulary-parallel embedding / LM head (tied or not) and cross-entropy over the tensor group;
+//  - Megatron tensor parallelism for attention and dense MLPs;
+//  - MoE layers: replicated gate, top-k gating with capacity, dispatch, [DTD slice], all-to-all over
+//    the expert group, [DTD all-gather], local experts (expert TP: fc1 columns / fc2 rows over t and
+//    an all-reduce; without expert TP: whole experts on C/t tokens per TP rank), the mirror back;
+//  - hand-written backward, activation checkpointing (recompute with collectives) and CAC (the
+//    recompute replays the collectives' outputs stashed in the first forward);
+//  - gradient accumulation, gradient sync over the data / expert-data groups (ZeRO-0 all-reduce,
+//    ZeRO-1/2 reduce-scatter + Adam on the owned shard + all-gather), Adam (tiled for experts).
+// Every configuration initializes the same global model (params.hpp) and reads the same global
+// samples in the same micro-batch groups, so losses and checksums compare across configurations.
+//
+// Capacity: C = max(ceil(k*f*T/E), c_min), rounded up to a multiple of t so the DTD split is even.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tedsim/comm/communicator.hpp"
+#include "tedsim/runtime/params.hpp"
+#include "tedsim/spec/model_spec.hpp"
+#include "tedsim/spec/parallel_config.hpp"
+
+namespace tedsim::runtime {
+
+// The cost model's Phase keys, in its order (the runtime does not link the cost model).
+inline constexpr int kPhaseCount = 7;
+enum PhaseIndex { kCompute, kTpAllReduce, kTpAllGather, kEpAllToAll, kDpGradSync, kOptimizer, kOther };
+const char* phase_key(int phase);  // "compute", "tp_allreduce", ...
+using PhaseSeconds = std::array<double, kPhaseCount>;
+
+struct TrainerOptions {
+  std::uint64_t seed = 1234;
+  float lr = 1e-3f;
+  float aux_loss_coef = 0.01f;
+  float init_std = 0.02f;
+  float gate_init_std = 0.0f;     // 0: init_std
+  float ln_init_noise = 0.0f;     // > 0: randomize LayerNorm gammas/betas (gradient checks)
+  std::string data_file;          // empty: synthetic tokens
+  double data_noise = 0.1;
+  std::size_t optimizer_tile = 1 << 16;  // elements per tiled expert Adam call
+};
+
+struct StepStats {
+  double loss = 0;        // global mean over micro-batches of CE + aux_coef * sum of MoE aux losses
+  double ce_loss = 0;
+  double aux_loss = 0;    // sum over MoE layers, mean over micro-batches
+  double seconds = 0;     // this rank's wall time of the iteration
+  PhaseSeconds phase{};   // exposed time per phase on this rank; sums to seconds
+};
+
+struct Checksum {
+  std::string kind;       // parameter kind: embedding, attn_qkv, ..., or "all"
+  double weighted = 0;    // sum over global elements of w(index) * value (each element once)
+  double abs = 0;         // sum of |value|, the scale for comparisons
+};
+
+// Throws RunError for backends the training step does not support in this build (cuda).
+void require_step_backend(Backend backend);
+
+class Trainer {
+ public:
+  // Collective over `world`: builds the TED groups. Throws InputError for invalid configurations.
+  Trainer(Communicator& world, const ModelSpec& model, const ParallelConfig& config, const TrainerOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One iteration: grad_accum micro-batches forward/backward, gradient sync, Adam.
+  StepStats step();
+
+  // Tests: forward + backward of iteration `iteration`'s samples on this rank (grads zeroed first,
+  // accumulated over micro-batches, not synchronized, no optimizer). Returns this rank's loss share.
+  double loss_and_grads(std::int64_t iteration);
+  double loss_only(std::int64_t iteration);
+  // Hash of every MoE routing decision of the last forward (detects routing flips).
+  std::uint64_t routing_signature() const;
+
+  // Collective over the world: per-kind checksums of the global model, then "all".
+  std::vector<Checksum> checksums();
+
+  ParamStore& params();
+  int capacity() const;                 // C per MoE layer per micro-batch (after rounding)
+  std::int64_t iteration() const;       // iterations done
+  std::string describe() const;         // data source, tokens, capacity
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tedsim::runtime

@@ -1,0 +1,40 @@
+// Training works: 50 steps of tiny-moe (models/tiny-moe.yaml) on the synthetic stream lower the
+// loss well below its starting value (ln 512 = 6.24 at a uniform prediction).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "runtime_test_world.hpp"
+#include "tedsim/runtime/trainer.hpp"
+#include "tedsim/spec/data_files.hpp"
+
+namespace tedsim::test {
+namespace {
+
+TEST(RuntimeTraining, TinyMoeLossFallsOver50Steps) {
+  Communicator& world = runtime_world();
+  if (world.size() != 1) GTEST_SKIP() << "runs on one rank";
+  const ModelSpec m = load_model(resolve_data_file("models", "tiny-moe"));
+  ParallelConfig c;
+  c.gpus = 1;
+  c.micro_batch = 2;
+  c.global_batch = 4;
+  c.checkpoint = true;
+  c.cac = true;
+  runtime::TrainerOptions o;
+  o.lr = 3e-3f;
+  runtime::Trainer tr(world, m, c, o);
+  std::vector<double> losses;
+  for (int i = 0; i < 50; ++i) losses.push_back(tr.step().loss);
+  const double first = std::accumulate(losses.begin(), losses.begin() + 5, 0.0) / 5;
+  const double last = std::accumulate(losses.end() - 5, losses.end(), 0.0) / 5;
+  std::printf("tiny-moe loss: first 5 steps %.3f, last 5 steps %.3f\n", first, last);
+  EXPECT_GT(first, 5.5);
+  EXPECT_LT(last, first - 1.5) << "loss did not fall enough";
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+}
+
+}  // namespace
+}  // namespace tedsim::test
