@@ -4,6 +4,9 @@
 #include <iostream>
 
 #include "commands.hpp"
+#if TEDSIM_RUNTIME_AVAILABLE
+#include "validate_command.hpp"
+#endif
 #include "tedsim/core/build_info.hpp"
 #include "tedsim/core/error.hpp"
 
@@ -15,6 +18,9 @@ int main(int argc, char** argv) {
   cli::Action action;
   cli::register_simulate(app, action);
   cli::register_search(app, action);
+#if TEDSIM_RUNTIME_AVAILABLE
+  cli::register_validate(app, action);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
