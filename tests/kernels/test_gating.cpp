@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <string>
 
 #include "tedsim/core/error.hpp"
 #include "tedsim/kernels/cpu/gating.hpp"
+#include "tedsim/kernels/cpu/gating_common.hpp"
 #include "test_util.hpp"
 
 namespace tedsim::kernels {
@@ -148,6 +151,61 @@ TEST(Gating, NoDropModeKeepsEverything) {
   GatingOutput out;
   gating_forward(logits.data(), 512, 8, cfg, out);
   for (int p : out.position) EXPECT_GE(p, 0);
+}
+
+// The vector kernel (AVX2: E <= 64, 8-token groups, tail tokens and NaN rows by the scalar route)
+// and the portable path both against the reference: widths that are not a multiple of the vector
+// width, token counts that are not a multiple of the group, k = 1, 2 (fast paths) and k > 2, with
+// and without exact ties.
+TEST(GatingPaths, VectorAndPortableMatchReference) {
+  struct Shape { int tokens, experts, k; };
+  const Shape shapes[] = {{19, 1, 1}, {40, 3, 2}, {64, 8, 1}, {75, 9, 2}, {130, 16, 1}, {131, 16, 2}, {97, 17, 3},
+                          {64, 24, 8}, {85, 33, 2}, {72, 63, 1}, {203, 64, 2}, {48, 64, 5}, {33, 65, 2}, {40, 100, 1}};
+  for (const Shape& s : shapes) {
+    for (int variant = 0; variant < 2; ++variant) {
+      auto logits = test::random_vector(static_cast<std::size_t>(s.tokens) * s.experts, 31 + variant, -3, 3);
+      if (variant == 1) {
+        for (float& x : logits) x = std::round(x);
+      }
+      const GatingConfig cfg{s.k, 1.0, 4, true};
+      GatingOutput ref, fused, portable;
+      gating_forward_reference(logits.data(), s.tokens, s.experts, cfg, ref);
+      gating_forward(logits.data(), s.tokens, s.experts, cfg, fused);
+      detail::gating_forward_portable(logits.data(), s.tokens, s.experts, cfg, portable);
+      SCOPED_TRACE("T=" + std::to_string(s.tokens) + " E=" + std::to_string(s.experts) + " k=" + std::to_string(s.k) +
+                   " variant=" + std::to_string(variant) +
+                   (detail::gating_has_vector_path(s.experts) ? " (vector)" : " (portable)"));
+      expect_same_routing(fused, ref);
+      expect_same_routing(portable, ref);
+    }
+  }
+}
+
+TEST(GatingPaths, NegativeInfinityLogitsAreChosenLastByIndex) {
+  // Token rows with -inf entries: finite ones first by value, then the -inf ones by lowest index
+  // (k exceeds the finite count in the second row). Eight tokens + 1 so the group and tail both see it.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits;
+  for (int t = 0; t < 9; ++t) {
+    if (t % 2 == 0) {
+      logits.insert(logits.end(), {-inf, 1.0f, -inf, 2.0f, 0.5f, -inf, 1.0f, -1.0f, 3.0f, -inf});
+    } else {
+      logits.insert(logits.end(), {-inf, -inf, 4.0f, -inf, -inf, -inf, -inf, -inf, -inf, -inf});
+    }
+  }
+  for (int k : {1, 2, 3}) {
+    const GatingConfig cfg{k, 4.0, 4, true};
+    GatingOutput ref, fused, portable;
+    gating_forward_reference(logits.data(), 9, 10, cfg, ref);
+    gating_forward(logits.data(), 9, 10, cfg, fused);
+    detail::gating_forward_portable(logits.data(), 9, 10, cfg, portable);
+    expect_same_routing(fused, ref);
+    expect_same_routing(portable, ref);
+    EXPECT_EQ(fused.expert[1 * k + 0], 2);
+    if (k >= 2) {
+      EXPECT_EQ(fused.expert[1 * k + 1], 0);
+    }
+  }
 }
 
 TEST(Gating, RejectsBadArguments) {

@@ -9,4 +9,12 @@ void check_gating_args(int tokens, int experts, const GatingConfig& cfg);
 void prepare_output(int tokens, int experts, const GatingConfig& cfg, GatingOutput& out);
 void assign_positions_and_weights(GatingOutput& out);
 
+// gating_forward without the AVX-512 row kernel (scalar top-k scan), so tests can check the
+// portable path on a machine that would otherwise never run it.
+void gating_forward_portable(const float* logits, int tokens, int experts, const GatingConfig& cfg,
+                             GatingOutput& out);
+
+// Whether gating_forward uses the vectorized row kernel for this many experts in this build.
+bool gating_has_vector_path(int experts);
+
 }  // namespace tedsim::kernels::detail
