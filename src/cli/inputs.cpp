@@ -42,6 +42,18 @@ Inputs load_inputs(const InputOptions& o) {
   return in;
 }
 
+namespace {
+
+// 38.86 B, 1.21 M, 524 K: parameter counts at a glance.
+std::string count_text(double n) {
+  if (n >= 1e9) return fixed(n / 1e9, 2) + " B";
+  if (n >= 1e6) return fixed(n / 1e6, 2) + " M";
+  if (n >= 1e3) return fixed(n / 1e3, 1) + " K";
+  return fixed(n, 0);
+}
+
+}  // namespace
+
 void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions& o) {
   const ModelSpec& m = in.model;
   const TopologySpec& t = in.topology;
@@ -59,8 +71,8 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
                                                fixed(m.moe.capacity_factor, 2) + ", min capacity " +
                                                std::to_string(m.moe.min_capacity)
                                          : std::string("none (dense)")});
-  table.add_row({"  parameters", fixed(m.total_params() / 1e9, 2) + " B (" + fixed(m.nonexpert_params() / 1e9, 2) +
-                                     " B non-expert, " + fixed(m.expert_params() / 1e9, 2) + " B expert)"});
+  table.add_row({"  parameters", count_text(m.total_params()) + " (" + count_text(m.nonexpert_params()) +
+                                     " non-expert, " + count_text(m.expert_params()) + " expert)"});
   table.add_row({"topology", t.name + " (" + in.topology_file + ")"});
   table.add_row({"  device", t.device.name + ", " + fixed(t.device.memory_gib, 1) + " GiB, " +
                                  fixed(t.device.peak_tflops_of(m.dtype), 1) + " TFLOP/s " + to_string(m.dtype) + ", " +
