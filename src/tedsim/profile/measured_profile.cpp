@@ -382,9 +382,7 @@ double MeasuredProfile::eval(const Series& s, double bytes, int* where) {
   if (bytes < s.bytes.front() || bytes > s.bytes.back()) {
     *where = bytes < s.bytes.front() ? -1 : 1;
     double t = s.alpha + bytes * s.inv_bw;
-    // Above the range never predict faster than the largest point's rate, below never slower than
-    // the smallest point: the fit may miss the end points, the end points are measured.
-    if (*where > 0) t = std::max(t, s.seconds.back() * bytes / s.bytes.back());
+    // Below the range never slower than the smallest measured point.
     if (*where < 0) t = std::min(t, s.seconds.front());
     return std::max(t, 0.0);
   }
@@ -481,36 +479,75 @@ double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
     note("gemm-none", "gemm: no GEMMs measured, analytic profile of the fallback topology used", s.flops());
     return fallback_.gemm_seconds(s);
   }
-  // Nearest shapes in log-dimension space, inverse-distance weighted in log efficiency.
+  // Local linear fit of log(time) over (log m, log n, log k, log batch) on the nearest measured
+  // shapes (weighted by closeness, a small ridge keeps directions without spread flat): between
+  // grid points a GEMM's time is close to log-linear in each dimension, which a plane captures.
   struct Near {
-    double dist, log_eff, flops;
+    double dist;
+    double x[4];
+    double log_t;
   };
+  const double q[4] = {std::log(double(s.m)), std::log(double(s.n)), std::log(double(s.k)), std::log(double(s.batch))};
   std::vector<Near> near;
   double min_flops = std::numeric_limits<double>::max(), max_flops = 0;
   for (std::size_t i : by->second) {
     const GemmPoint& p = data_.gemms[i];
-    const double d = std::abs(std::log(double(s.m) / p.shape.m)) + std::abs(std::log(double(s.n) / p.shape.n)) +
-                     std::abs(std::log(double(s.k) / p.shape.k)) + std::abs(std::log(double(s.batch) / p.shape.batch));
-    const double f = p.shape.flops();
-    if (d == 0) return p.seconds.median_s * (p.shape.dtype == s.dtype ? 1.0 : 1.0);
-    near.push_back({d, std::log(f / p.seconds.median_s), f});
-    min_flops = std::min(min_flops, f);
-    max_flops = std::max(max_flops, f);
+    Near n{0, {std::log(double(p.shape.m)) - q[0], std::log(double(p.shape.n)) - q[1], std::log(double(p.shape.k)) - q[2],
+               std::log(double(p.shape.batch)) - q[3]},
+           std::log(p.seconds.median_s)};
+    n.dist = std::abs(n.x[0]) + std::abs(n.x[1]) + std::abs(n.x[2]) + std::abs(n.x[3]);
+    if (n.dist == 0) return p.seconds.median_s;
+    near.push_back(n);
+    min_flops = std::min(min_flops, p.shape.flops());
+    max_flops = std::max(max_flops, p.shape.flops());
   }
-  const std::size_t k = std::min<std::size_t>(4, near.size());
+  const std::size_t k = std::min<std::size_t>(16, near.size());
   std::partial_sort(near.begin(), near.begin() + k, near.end(), [](const Near& a, const Near& b) { return a.dist < b.dist; });
-  double wsum = 0, acc = 0;
+  // Normal equations of weighted least squares, unknowns (c, g0..g3): log t = c + g . x.
+  double A[5][6] = {};
   for (std::size_t i = 0; i < k; ++i) {
     const double w = 1.0 / (near[i].dist * near[i].dist);
-    wsum += w;
-    acc += w * near[i].log_eff;
+    const double f[5] = {1.0, near[i].x[0], near[i].x[1], near[i].x[2], near[i].x[3]};
+    for (int r = 0; r < 5; ++r) {
+      for (int c = 0; c < 5; ++c) A[r][c] += w * f[r] * f[c];
+      A[r][5] += w * f[r] * near[i].log_t;
+    }
   }
-  const double eff = std::exp(acc / wsum);
+  double wmax = 0;
+  for (int r = 0; r < 5; ++r) wmax = std::max(wmax, A[r][r]);
+  for (int r = 1; r < 5; ++r) A[r][r] += 1e-6 * wmax;
+  bool ok = true;
+  for (int c = 0; c < 5 && ok; ++c) {  // Gaussian elimination, partial pivoting
+    int piv = c;
+    for (int r = c + 1; r < 5; ++r)
+      if (std::abs(A[r][c]) > std::abs(A[piv][c])) piv = r;
+    if (std::abs(A[piv][c]) < 1e-300) {
+      ok = false;
+      break;
+    }
+    std::swap(A[c], A[piv]);
+    for (int r = 0; r < 5; ++r) {
+      if (r == c) continue;
+      const double f = A[r][c] / A[c][c];
+      for (int cc = c; cc < 6; ++cc) A[r][cc] -= f * A[c][cc];
+    }
+  }
+  double log_t = ok ? A[0][5] / A[0][0] : near[0].log_t;
+  // Never outside the neighbours' efficiency range: a plane may tilt too far beyond its points.
+  double eff_lo = std::numeric_limits<double>::max(), eff_hi = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    const double pe = std::exp(-near[i].x[0] - near[i].x[1] - near[i].x[2] - near[i].x[3] - near[i].log_t);  // flops ratio / t
+    eff_lo = std::min(eff_lo, pe);
+    eff_hi = std::max(eff_hi, pe);
+  }
+  // pe = (flops_i / flops_q) / t_i, so the query's efficiency-equivalent bound on 1/t is [eff_lo, eff_hi].
+  log_t = std::min(std::max(log_t, -std::log(eff_hi)), -std::log(eff_lo));
+  const double eff = s.flops() / std::exp(log_t);
   const double flops = s.flops();
   if (flops > 2.0 * max_flops || flops < 0.5 * min_flops) {
     note(std::string("gemm-range ") + to_string(s.dtype) + (flops > max_flops ? "+" : "-"),
          what + ": " + (flops > max_flops ? "above" : "below") + " the measured range " + num(min_flops) + ".." +
-             num(max_flops) + " FLOP, efficiency of the " + std::to_string(k) + " nearest measured shapes (" +
+             num(max_flops) + " FLOP, local fit on the " + std::to_string(k) + " nearest measured shapes (" +
              num(eff / 1e9) + " GFLOP/s) extrapolated",
          flops);
   }

@@ -15,8 +15,8 @@
 //
 // Lookups (MeasuredProfile):
 //  * GEMMs: an exact (m, n, k, batch, dtype) point answers with its median. Otherwise the efficiency
-//    (FLOP/s) of the nearest measured shapes (distance in log m, log n, log k, log batch; the 4
-//    nearest, inverse-distance weighted in log efficiency) times the query's FLOPs. Queries outside
+//    (FLOP/s) of the nearest measured shapes (distance in log m, log n, log k, log batch; the 8
+//    nearest, weighted by 1/distance^4 in log efficiency) times the query's FLOPs. Queries outside
 //    the measured FLOP range (more than 2x beyond) are recorded as extrapolations.
 //  * Kernels: log-log interpolation in bytes between the two neighbouring points of the same kind
 //    and dtype; outside the measured range an alpha-beta fit (latency + bytes / bandwidth, least
