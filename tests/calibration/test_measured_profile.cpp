@@ -228,7 +228,7 @@ TEST(MeasuredProfileLookup, ReproducesAnAnalyticProfileAtUnsampledSizes) {
       for (std::int64_t k : {80, 600, 2500}) {
         const GemmShape s{m, n, k, 1, Dtype::fp32};
         const double want = a.gemm_seconds(s);
-        EXPECT_NEAR(p.gemm_seconds(s), want, 0.06 * want)  // kinks of the efficiency curves << m << "x" << n << "x" << k;
+        EXPECT_NEAR(p.gemm_seconds(s), want, 0.06 * want) /* kinks of the efficiency curves */ << m << "x" << n << "x" << k;
       }
   EXPECT_TRUE(p.warnings().empty()) << p.warnings().front();
 }
