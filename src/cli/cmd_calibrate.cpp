@@ -56,7 +56,11 @@ int run_calibrate(const CalibrateOptions& o) {
   c.backend = parse_backend(o.backend);
   // No device: say so before touching MPI or the CUDA runtime any further.
   if (c.backend == Backend::cuda && kernels::cuda_device_count() <= 0)
-    throw RunError("no CUDA device: " + kernels::describe_cuda_unavailable() + " (use --backend cpu)");
+  {
+    std::string why = kernels::describe_cuda_unavailable();
+    if (why.rfind("no CUDA device", 0) != 0) why = "no CUDA device: " + why;
+    throw RunError(why + " (use --backend cpu)");
+  }
   if (o.out.empty()) throw InputError("--out: the profile file to write is required");
   if (o.gpus < 0) throw InputError("--gpus: expected a positive device count");
   if (o.reps < 0) throw InputError("--reps: expected a positive count");
