@@ -1,0 +1,123 @@
+// tedsim calibrate: measure GEMMs, kernels and collectives on this cluster and write a profile.
+// MPI is initialised here, only when the command runs, so every other command runs without mpirun.
+#include <memory>
+#include <string>
+
+#include "calibration_commands.hpp"
+#include "tedsim/core/error.hpp"
+
+#if TEDSIM_CALIBRATION_AVAILABLE
+#include <mpi.h>
+
+#include "tedsim/calibration/calibrate.hpp"
+#include "tedsim/comm/communicator.hpp"
+#include "tedsim/kernels/device.hpp"
+#include "tedsim/spec/data_files.hpp"
+#endif
+
+namespace tedsim::cli {
+
+#if TEDSIM_CALIBRATION_AVAILABLE
+namespace {
+
+struct CalibrateOptions {
+  std::string backend = "cpu", model = "tiny-moe", topology = "local-cpu", out;
+  int gpus = 0, global_batch = 0, seq = 0, reps = 0, warmup = -1, stop_after = 0;
+  bool quick = false;
+  std::int64_t min_bytes = 0, max_bytes = 0;
+  double step_factor = 0;
+};
+
+// MPI_Init on construction (unless already initialised), MPI_Finalize on destruction.
+class MpiSession {
+ public:
+  MpiSession() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        throw RunError("MPI_Init failed (run under mpirun, or as a single process)");
+      owner_ = true;
+    }
+  }
+  ~MpiSession() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owner_ && !finalized) MPI_Finalize();
+  }
+
+ private:
+  bool owner_ = false;
+};
+
+int run_calibrate(const CalibrateOptions& o) {
+  calibration::CalibrationOptions c;
+  c.backend = parse_backend(o.backend);
+  // No device: say so before touching MPI or the CUDA runtime any further.
+  if (c.backend == Backend::cuda && kernels::cuda_device_count() <= 0)
+  {
+    std::string why = kernels::describe_cuda_unavailable();
+    if (why.rfind("no CUDA device", 0) != 0) why = "no CUDA device: " + why;
+    throw RunError(why + " (use --backend cpu)");
+  }
+  if (o.out.empty()) throw InputError("--out: the profile file to write is required");
+  if (o.gpus < 0) throw InputError("--gpus: expected a positive device count");
+  if (o.reps < 0) throw InputError("--reps: expected a positive count");
+  if (o.min_bytes < 0 || o.max_bytes < 0) throw InputError("--min-bytes/--max-bytes: expected positive sizes");
+  if (o.step_factor != 0 && o.step_factor <= 1) throw InputError("--step-factor: expected a factor > 1");
+  c.model_name = o.model;
+  c.topology_name = o.topology;
+  c.model = load_model(resolve_data_file("models", o.model));
+  c.topology = load_topology(resolve_data_file("topologies", o.topology));
+  c.gpus = o.gpus;
+  c.global_batch = o.global_batch;
+  c.seq_len = o.seq;
+  c.quick = o.quick;
+  c.min_bytes = o.min_bytes;
+  c.max_bytes = o.max_bytes;
+  c.step_factor = o.step_factor;
+  c.reps = o.reps;
+  c.warmup = o.warmup;
+  c.out = o.out;
+  c.stop_after = o.stop_after;
+  MpiSession mpi;
+  return calibration::run_calibration(c);
+}
+
+}  // namespace
+
+void register_calibrate(CLI::App& app, Action& action) {
+  auto o = std::make_shared<CalibrateOptions>();
+  CLI::App* cmd = app.add_subcommand("calibrate",
+                                     "measure GEMMs, kernels and collectives over TED groups (under mpirun) and write a profile");
+  cmd->add_option("--backend", o->backend, "cpu (Eigen, MPI) or cuda (cuBLAS, CUDA kernels, NCCL)")->capture_default_str();
+  cmd->add_option("--model", o->model, "shipped model name or path: the shapes to measure")->capture_default_str();
+  cmd->add_option("--topology", o->topology, "shipped topology name or path: fallback for anything not measured")->capture_default_str();
+  cmd->add_option("--gpus", o->gpus, "cluster size the GEMM/kernel shapes are derived for (default: MPI world size)");
+  cmd->add_option("--global-batch", o->global_batch, "sequences per iteration (default: 8 per device)");
+  cmd->add_option("--seq", o->seq, "sequence length (default: the model's)");
+  cmd->add_flag("--quick", o->quick, "few shapes and sizes, few repetitions (a minute on a CPU)");
+  cmd->add_option("--out", o->out, "profile file to write (JSON); progress is kept in FILE.partial")->required();
+  cmd->add_option("--min-bytes", o->min_bytes, "smallest collective size (default 1024)");
+  cmd->add_option("--max-bytes", o->max_bytes, "largest collective size (default 64 MiB, quick 1 MiB)");
+  cmd->add_option("--step-factor", o->step_factor, "collective size multiplier per step (default 2, quick 8)");
+  cmd->add_option("--reps", o->reps, "timed repetitions per point (default 20, quick 5)");
+  cmd->add_option("--warmup", o->warmup, "untimed repetitions first (default 2, quick 1)");
+  cmd->add_option("--stop-after", o->stop_after, "testing: stop after N points (resume by re-running)")->group("");
+  cmd->callback([o, &action] { action = [o] { return run_calibrate(*o); }; });
+}
+
+#else
+
+void register_calibrate(CLI::App& app, Action& action) {
+  CLI::App* cmd = app.add_subcommand("calibrate", "measure kernels and collectives (not in this build)");
+  cmd->allow_extras();
+  cmd->callback([&action] {
+    action = [] () -> int { throw RunError("calibrate: this tedsim was built without tedsim_calibration"); };
+  });
+}
+
+#endif
+
+}  // namespace tedsim::cli

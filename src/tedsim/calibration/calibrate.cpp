@@ -1,0 +1,341 @@
+#include "tedsim/calibration/calibrate.hpp"
+
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "tedsim/calibration/bench.hpp"
+#include "tedsim/calibration/provenance.hpp"
+#include "tedsim/calibration/sweep.hpp"
+#include "tedsim/comm/collective_check.hpp"
+#include "tedsim/comm/ted_groups.hpp"
+#include "tedsim/core/build_info.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/report/text_table.hpp"
+
+namespace tedsim::calibration {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string fmt(double v, int prec = 2) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+// Host names of every rank (MPI), distinct in rank order, and the most ranks on one host.
+void gather_hosts(Provenance& p) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char> all(std::size_t(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  std::map<std::string, int> per_host;
+  for (int r = 0; r < size; ++r) {
+    const std::string h(&all[std::size_t(r) * MPI_MAX_PROCESSOR_NAME]);
+    if (per_host[h]++ == 0) p.hosts.push_back(h);
+  }
+  p.ranks = size;
+  p.ranks_per_node = 1;
+  for (const auto& [h, n] : per_host) p.ranks_per_node = std::max(p.ranks_per_node, n);
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  MPI_Get_library_version(lib, &len);
+  std::string mpi(lib, std::size_t(len));
+  if (const auto nl = mpi.find_first_of("\n,"); nl != std::string::npos) mpi = mpi.substr(0, nl);
+  p.mpi = mpi;
+}
+
+Timing summarize(std::vector<double> s) {
+  std::sort(s.begin(), s.end());
+  Timing t;
+  t.min_s = s.front();
+  t.max_s = s.back();
+  t.median_s = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
+  return t;
+}
+
+// The slowest rank's timing (a step waits for its slowest rank); identical on every rank.
+Timing slowest(Communicator& world, const Timing& t) {
+  std::vector<double> v{t.min_s, t.median_s, t.max_s};
+  world.host_max(v);
+  return Timing{v[0], v[1], v[2]};
+}
+
+struct Progress {
+  Clock::time_point start = Clock::now();
+  std::size_t total = 0, skipped = 0, done = 0;
+  bool show = false;
+  void step(const std::string& what) {
+    ++done;
+    if (!show) return;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::size_t measured = done;
+    const std::size_t left = total - skipped - measured;
+    const double eta = measured ? elapsed / double(measured) * double(left) : 0;
+    std::fprintf(stderr, "\r[%zu/%zu] %-48.48s %6.1f s elapsed, ~%.0f s left   ", skipped + measured, total,
+                 what.c_str(), elapsed, eta);
+    if (left == 0) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+};
+
+}  // namespace
+
+int run_calibration(const CalibrationOptions& o) {
+  std::unique_ptr<Communicator> world = make_world_communicator(o.backend);
+  const bool root = world->rank() == 0;
+  const int reps = o.reps > 0 ? o.reps : (o.quick ? 5 : 20);
+  const int warmup = o.warmup >= 0 ? o.warmup : (o.quick ? 1 : 2);
+  const double budget = o.quick ? 0.05 : 0.3;  // seconds of timed repetitions per point, at least 3 reps
+  if (o.out.empty()) throw InputError("--out: a profile file to write is required");
+
+  ProfileData data;
+  Provenance& prov = data.provenance;
+  gather_hosts(prov);
+  prov.backend = to_string(o.backend);
+  prov.cpu_model = cpu_model_name();
+  prov.date = utc_now();
+  prov.tedsim_version = build_info::version;
+  prov.build_flags = build_info::flags;
+
+  const Dtype dtype = o.backend == Backend::cuda ? o.model.dtype : Dtype::fp32;
+  std::unique_ptr<Bench> bench = o.backend == Backend::cuda ? make_cuda_bench(dtype) : make_cpu_bench();
+  prov.devices = {bench->device_name()};
+  if (o.backend == Backend::cuda) add_cuda_provenance(prov);
+
+  SweepOptions so;
+  so.gpus = o.gpus > 0 ? o.gpus : world->size();
+  so.world = world->size();
+  so.ranks_per_node = prov.ranks_per_node;
+  so.global_batch = o.global_batch;
+  so.seq_len = o.seq_len;
+  so.quick = o.quick;
+  so.gpu = o.backend == Backend::cuda;
+  so.dtype = dtype;
+  so.min_bytes = o.min_bytes;
+  so.max_bytes = o.max_bytes;
+  so.step_factor = o.step_factor;
+  const Sweep sweep = derive_sweep(o.model, o.topology, so);
+
+  json args = {{"model", o.model_name},     {"topology", o.topology_name},  {"backend", prov.backend},
+               {"gpus", so.gpus},           {"world", so.world},            {"ranks_per_node", so.ranks_per_node},
+               {"global_batch", o.global_batch}, {"seq", o.seq_len},        {"quick", o.quick},
+               {"min_bytes", sweep.min_bytes}, {"max_bytes", sweep.max_bytes}, {"step_factor", sweep.step_factor},
+               {"reps", reps},              {"warmup", warmup},             {"points", sweep.points()}};
+
+  // Resume: rank 0 reads <out>.partial and tells everyone how many points are done (or that the
+  // arguments differ: then every rank refuses, so no rank is left waiting in a collective).
+  const std::string partial = o.out + ".partial";
+  std::size_t done = 0;
+  std::string refusal;
+  if (root) {
+    std::ifstream probe(partial);
+    if (probe) {
+      ProfileData previous = load_profile_data(partial);
+      json prev_args = previous.calibration_json.empty() ? json() : json::parse(previous.calibration_json);
+      json prev_cmp = prev_args.contains("arguments") ? prev_args["arguments"] : json();
+      if (prev_cmp != args) {
+        refusal = partial + ": a partial calibration with different arguments is there (it had " + prev_cmp.dump() +
+                  ", this run has " + args.dump() + "); re-run with the same arguments to resume it, or delete it";
+      } else {
+        done = prev_args.value("done", std::size_t(0));
+        data.gemms = previous.gemms;
+        data.kernels = previous.kernels;
+        data.collectives = previous.collectives;
+        prov.date = previous.provenance.date;
+        std::cerr << "calibrate: resuming " << partial << ": " << done << " of " << sweep.points()
+                  << " points already measured\n";
+      }
+    }
+  }
+  {
+    std::vector<double> v{root ? double(done) : 0.0, root && !refusal.empty() ? 1.0 : 0.0};
+    world->host_max(v);
+    done = std::size_t(v[0]);
+    if (v[1] > 0) throw InputError(root ? refusal : partial + ": arguments differ from the partial calibration (see rank 0)");
+  }
+
+  if (root) {
+    TextTable t({"calibration", "resolved to"});
+    t.align_left();
+    t.add_row({"model", o.model.name + " (" + o.model_name + ")"});
+    t.add_row({"topology", o.topology.name + " (" + o.topology_name + ")"});
+    t.add_row({"backend", prov.backend + ", " + std::to_string(prov.ranks) + " ranks on " + std::to_string(prov.hosts.size()) +
+                              " host(s), " + std::to_string(prov.ranks_per_node) + " per host"});
+    t.add_row({"device", prov.devices.front() + ", " + to_string(dtype)});
+    t.add_row({"shapes from", std::to_string(sweep.configs) + " configurations of " + std::to_string(so.gpus) +
+                                  " devices: " + std::to_string(sweep.gemm_shapes_seen) + " distinct GEMM shapes, " +
+                                  std::to_string(sweep.gemms.size()) + " measured"});
+    t.add_row({"points", std::to_string(sweep.gemms.size()) + " GEMM, " + std::to_string(sweep.kernels.size()) + " kernel, " +
+                             std::to_string(sweep.collectives.size()) + " collective"});
+    t.add_row({"collective sizes", std::to_string(sweep.min_bytes) + " .. " + std::to_string(sweep.max_bytes) +
+                                       " bytes, x" + fmt(sweep.step_factor, 1)});
+    t.add_row({"repetitions", std::to_string(warmup) + " warm-up, up to " + std::to_string(reps) + " timed"});
+    t.add_row({"output", o.out + (done ? " (resuming)" : "")});
+    t.print(std::cout);
+    std::cout << std::endl;
+  }
+
+  json calib = {{"arguments", args}, {"done", done}};
+  Progress progress;
+  progress.total = sweep.points();
+  progress.skipped = done;
+  progress.show = root;
+  std::size_t index = 0, measured_now = 0;
+  bool stopped = false;
+  const auto checkpoint = [&] {
+    ++measured_now;
+    calib["done"] = index;
+    if (root) {
+      data.calibration_json = calib.dump();
+      data.complete = false;
+      save_profile(partial, data);
+    }
+    if (o.stop_after > 0 && int(measured_now) >= o.stop_after && index < sweep.points()) stopped = true;
+  };
+  const auto check = [&](std::int64_t wrong, const std::string& what) {
+    const std::int64_t total = world->host_sum(wrong);
+    if (total != 0)
+      throw RunError(world->where() + ": " + what + " differs from its CPU reference in " + std::to_string(total) +
+                     " elements (summed over ranks); not timing a wrong kernel");
+  };
+  // Times with re-measurement: a point whose spread (max/min, slowest rank) is above the limit is
+  // measured again, at most twice; the tightest attempt is kept. Decided on reduced values, so
+  // every rank makes the same choice.
+  const auto measure = [&](const std::function<Timing()>& once) {
+    Timing best = once();
+    for (int attempt = 0; attempt < 2 && best.max_s > o.spread_limit * best.min_s; ++attempt) {
+      const Timing again = once();
+      if (again.max_s / again.min_s < best.max_s / best.min_s) best = again;
+    }
+    return best;
+  };
+
+  // ---- GEMMs -------------------------------------------------------------------------------
+  int gemm_rows = 0, kernel_rows = 0;
+  TextTable gemm_table({"m", "n", "k", "batch", "dtype", "median us", "min us", "max us", "TFLOP/s"});
+  for (const GemmCase& g : sweep.gemms) {
+    if (stopped) break;
+    if (index++ < done) continue;
+    Prepared p = bench->gemm(g.shape);
+    check(p.check(), p.what);
+    const Timing t = measure([&] { return slowest(*world, summarize(bench->time(p, warmup, reps, budget))); });
+    data.gemms.push_back({g.shape, t});
+    gemm_table.add_row({std::to_string(g.shape.m), std::to_string(g.shape.n), std::to_string(g.shape.k),
+                        std::to_string(g.shape.batch), to_string(g.shape.dtype), fmt(t.median_s * 1e6, 1),
+                        fmt(t.min_s * 1e6, 1), fmt(t.max_s * 1e6, 1), fmt(g.shape.flops() / t.median_s / 1e12, 4)});
+    ++gemm_rows;
+    checkpoint();
+    progress.step(p.what);
+  }
+  // ---- kernels ------------------------------------------------------------------------------
+  TextTable kernel_table({"kernel", "dtype", "bytes", "median us", "min us", "max us", "GB/s"});
+  for (const KernelCase& k : sweep.kernels) {
+    if (stopped) break;
+    if (index++ < done) continue;
+    Prepared p = bench->kernel(k.kind, k.bytes, o.model);
+    if (p) {
+      check(p.check(), p.what);
+      const Timing t = measure([&] { return slowest(*world, summarize(bench->time(p, warmup, reps, budget))); });
+      data.kernels.push_back({k.kind, bench->dtype(), p.bytes, t});
+      kernel_table.add_row({to_string(k.kind), to_string(bench->dtype()), fmt(p.bytes, 0), fmt(t.median_s * 1e6, 1),
+                            fmt(t.min_s * 1e6, 1), fmt(t.max_s * 1e6, 1), fmt(p.bytes / t.median_s / 1e9, 2)});
+      ++kernel_rows;
+    }
+    checkpoint();
+    progress.step(std::string("kernel ") + to_string(k.kind) + (p ? "" : " (no such kernel here)"));
+  }
+  // ---- collectives over the real TED groups (all groups of a kind at once) --------------------
+  std::vector<CollectiveResult> results;
+  std::unique_ptr<TedGroups> groups;
+  std::tuple<int, int, int, bool> groups_key{-1, -1, -1, false};
+  for (const CollectiveCaseSpec& c : sweep.collectives) {
+    if (stopped) break;
+    if (index++ < done) continue;
+    const std::tuple<int, int, int, bool> key{c.t, c.e, int(c.layout), c.expert_tp};
+    if (!groups || key != groups_key) {
+      groups.reset();
+      groups = std::make_unique<TedGroups>(*world, TedLayout(world->size(), c.t, c.e, c.layout, c.expert_tp));
+      groups_key = key;
+    }
+    CollectiveCase cc;
+    cc.op = c.op;
+    cc.count = c.count;
+    cc.dtype = dtype;
+    cc.warmup = warmup;
+    cc.iters = reps;
+    CollectiveResult r;
+    const Timing t = measure([&] {
+      r = check_and_time_groups(*world, groups->group(c.kind), cc);
+      if (r.wrong != 0)
+        throw RunError(world->where() + ": " + to_string(c.op) + " on the " + to_string(c.kind) + " groups: " +
+                       std::to_string(r.wrong) + " wrong elements at " + std::to_string(r.bytes) + " bytes");
+      return Timing{r.time_min_s, r.time_median_s, r.time_max_s};
+    });
+    r.time_min_s = t.min_s;
+    r.time_median_s = t.median_s;
+    r.time_max_s = t.max_s;
+    r.algbw_gbs = double(r.bytes) / t.median_s / 1e9;
+    r.busbw_gbs = r.algbw_gbs * bus_bandwidth_factor(c.op, r.ranks);
+    results.push_back(r);
+    data.collectives.push_back({c.op, dtype, c.span, double(r.bytes), t, r.busbw_gbs});
+    checkpoint();
+    progress.step(std::string(to_string(c.op)) + " " + to_string(c.kind) + " " + std::to_string(r.bytes) + " B");
+  }
+  groups.reset();
+
+  if (root && o.verbose_tables) {
+    if (gemm_rows > 0) {
+      std::cout << "# GEMMs (" << prov.devices.front() << ", slowest rank)\n";
+      gemm_table.print(std::cout);
+      std::cout << '\n';
+    }
+    if (kernel_rows > 0) {
+      std::cout << "# memory-bound kernels (slowest rank)\n";
+      kernel_table.print(std::cout);
+      std::cout << '\n';
+    }
+    if (!results.empty()) std::cout << format_nccl_table(results) << '\n';
+  }
+  if (stopped) {
+    if (root)
+      std::cout << "calibrate: stopped after " << measured_now << " points (--stop-after); " << index << " of "
+                << sweep.points() << " in " << partial << "; re-run the same command to resume\n";
+    return 0;
+  }
+  if (root) {
+    calib["done"] = sweep.points();
+    data.calibration_json = calib.dump();
+    data.complete = true;
+    save_profile(o.out, data);
+    std::remove(partial.c_str());
+    std::cout << "calibrate: wrote " << o.out << ": " << data.gemms.size() << " GEMM, " << data.kernels.size()
+              << " kernel, " << data.collectives.size() << " collective points\n";
+  }
+  world->barrier();
+  return 0;
+}
+
+}  // namespace tedsim::calibration

@@ -1,0 +1,329 @@
+// CPU bench: the fp32 Eigen GEMM and the CPU kernels of src/tedsim/kernels/cpu, i.e. exactly what
+// the CPU runtime runs. Each kernel is checked against a plain reference (sampled dot products for
+// GEMMs, gating_forward_reference for the router, scalar loops for the rest) before timing.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "tedsim/calibration/bench.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/kernels/cpu/activations.hpp"
+#include "tedsim/kernels/cpu/adam.hpp"
+#include "tedsim/kernels/cpu/dispatch.hpp"
+#include "tedsim/kernels/cpu/fast_math.hpp"
+#include "tedsim/kernels/cpu/gating.hpp"
+#include "tedsim/kernels/cpu/gemm.hpp"
+#include "tedsim/kernels/cpu/layernorm.hpp"
+
+namespace tedsim::calibration {
+
+namespace tk = tedsim::kernels;
+
+std::vector<float> random_vector(std::size_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+namespace {
+
+bool close(double got, double want, double tol) { return std::isfinite(got) && std::abs(got - want) <= tol * (1.0 + std::abs(want)); }
+
+std::int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  std::int64_t wrong = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) wrong += !close(a[i], b[i], tol);
+  return wrong;
+}
+
+// Attention/cross-entropy row softmax, as the CPU kernels compute it (shared exp row).
+void softmax_rows(int rows, int cols, const float* x, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + std::size_t(r) * cols;
+    float* yr = y + std::size_t(r) * cols;
+    const float m = *std::max_element(xr, xr + cols);
+    const float inv = 1.0f / tk::detail::exp_shifted_row(xr, m, yr, std::size_t(cols));
+    for (int i = 0; i < cols; ++i) yr[i] *= inv;
+  }
+}
+
+class CpuBench final : public Bench {
+ public:
+  std::string device_name() const override { return cpu_model_name() + " (one core per rank)"; }
+  Dtype dtype() const override { return Dtype::fp32; }
+
+  Prepared gemm(const GemmShape& s) override {
+    const int m = int(s.m), n = int(s.n), k = int(s.k), batch = int(s.batch);
+    auto a = std::make_shared<std::vector<float>>(random_vector(std::size_t(batch) * m * k, 1));
+    auto b = std::make_shared<std::vector<float>>(random_vector(std::size_t(batch) * k * n, 2));
+    auto c = std::make_shared<std::vector<float>>(std::size_t(batch) * m * n);
+    Prepared p;
+    p.what = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " batch " + std::to_string(batch);
+    p.run = [=] {
+      for (int i = 0; i < batch; ++i)
+        tk::gemm(tk::GemmOp{}, m, n, k, a->data() + std::size_t(i) * m * k, k, b->data() + std::size_t(i) * k * n, n,
+                 c->data() + std::size_t(i) * m * n, n);
+    };
+    // Sampled reference: 64 entries of the last product, each a double-precision dot product.
+    p.check = [=] {
+      p.run();
+      std::mt19937 rng(3);
+      std::int64_t wrong = 0;
+      const std::size_t base = std::size_t(batch - 1);
+      for (int s2 = 0; s2 < 64; ++s2) {
+        const int i = int(rng() % unsigned(m)), j = int(rng() % unsigned(n));
+        double want = 0, mag = 0;
+        for (int q = 0; q < k; ++q) {
+          const double x = (*a)[base * m * k + std::size_t(i) * k + q] * double((*b)[base * k * n + std::size_t(q) * n + j]);
+          want += x;
+          mag += std::abs(x);
+        }
+        const double got = (*c)[base * m * n + std::size_t(i) * n + j];
+        wrong += !(std::isfinite(got) && std::abs(got - want) <= 1e-4 * (mag + 1));
+      }
+      return wrong;
+    };
+    return p;
+  }
+
+  Prepared kernel(KernelKind kind, double bytes, const ModelSpec& model) override {
+    const int h = std::max(1, model.hidden);
+    const int E = model.is_moe() ? model.moe.experts : 8;
+    const int topk = model.is_moe() ? model.moe.top_k : 1;
+    const double f = model.is_moe() ? model.moe.capacity_factor : 1.0;
+    const int cmin = model.is_moe() ? model.moe.min_capacity : 4;
+    const auto at_least = [](double v) { return std::max<std::int64_t>(1, std::int64_t(v)); };
+    Prepared p;
+    p.what = std::string("kernel ") + to_string(kind);
+    switch (kind) {
+      case KernelKind::gating: {
+        const int T = int(at_least(bytes / (E * 4.0 + topk * 12.0)));
+        auto logits = std::make_shared<std::vector<float>>(random_vector(std::size_t(T) * E, 4, -3, 3));
+        auto out = std::make_shared<tk::GatingOutput>();
+        const tk::GatingConfig cfg{topk, f, cmin, true};
+        p.bytes = double(T) * E * 4.0 + double(T) * topk * 12.0;
+        p.run = [=] { tk::gating_forward(logits->data(), T, E, cfg, *out); };
+        p.check = [=] {
+          tk::GatingOutput ref;
+          tk::gating_forward(logits->data(), T, E, cfg, *out);
+          tk::gating_forward_reference(logits->data(), T, E, cfg, ref);
+          std::int64_t wrong = 0;
+          for (std::size_t i = 0; i < ref.expert.size(); ++i)
+            wrong += out->expert[i] != ref.expert[i] || out->position[i] != ref.position[i] ||
+                     !close(out->weight[i], ref.weight[i], 1e-5);
+          return wrong;
+        };
+        return p;
+      }
+      case KernelKind::dispatch:
+      case KernelKind::combine: {
+        const bool is_dispatch = kind == KernelKind::dispatch;
+        const double per_token = is_dispatch ? topk * (1.0 + f) : topk + 1.0;
+        const int T = int(std::max<std::int64_t>(E, at_least(bytes / (per_token * h * 4.0))));
+        auto gate = std::make_shared<tk::GatingOutput>();
+        const auto logits = random_vector(std::size_t(T) * E, 5, -3, 3);
+        tk::gating_forward(logits.data(), T, E, tk::GatingConfig{topk, f, cmin, true}, *gate);
+        auto x = std::make_shared<std::vector<float>>(random_vector(std::size_t(T) * h, 6));
+        const std::size_t slots = std::size_t(E) * gate->capacity;
+        auto buf = std::make_shared<std::vector<float>>(random_vector(slots * h, 7));
+        auto out = std::make_shared<std::vector<float>>(std::size_t(T) * h);
+        double kept = 0;
+        for (int e = 0; e < E; ++e) kept += gate->kept[e];
+        p.bytes = (kept + (is_dispatch ? double(slots) : double(T))) * h * 4.0;
+        if (is_dispatch) {
+          p.run = [=] { tk::dispatch(*gate, x->data(), h, buf->data()); };
+          p.check = [=] {
+            tk::dispatch(*gate, x->data(), h, buf->data());
+            std::vector<float> ref(slots * h, 0.0f);
+            for (int t = 0; t < T; ++t)
+              for (int j = 0; j < topk; ++j) {
+                const int pos = gate->position[std::size_t(t) * topk + j];
+                if (pos < 0) continue;
+                const int e = gate->expert[std::size_t(t) * topk + j];
+                std::copy_n(x->data() + std::size_t(t) * h, h, ref.data() + (std::size_t(e) * gate->capacity + pos) * h);
+              }
+            return count_diff(*buf, ref, 0);
+          };
+        } else {
+          p.run = [=] { tk::combine(*gate, buf->data(), h, out->data()); };
+          p.check = [=] {
+            tk::combine(*gate, buf->data(), h, out->data());
+            std::vector<float> ref(std::size_t(T) * h, 0.0f);
+            for (int t = 0; t < T; ++t)
+              for (int j = 0; j < topk; ++j) {
+                const std::size_t i = std::size_t(t) * topk + j;
+                if (gate->position[i] < 0) continue;
+                const float* row = buf->data() + (std::size_t(gate->expert[i]) * gate->capacity + gate->position[i]) * h;
+                for (int c = 0; c < h; ++c) ref[std::size_t(t) * h + c] += gate->weight[i] * row[c];
+              }
+            return count_diff(*out, ref, 1e-5);
+          };
+        }
+        return p;
+      }
+      case KernelKind::layernorm: {
+        const int rows = int(at_least(bytes / (8.0 * h)));
+        auto x = std::make_shared<std::vector<float>>(random_vector(std::size_t(rows) * h, 8));
+        auto g = std::make_shared<std::vector<float>>(random_vector(h, 9)), be = std::make_shared<std::vector<float>>(random_vector(h, 10));
+        auto y = std::make_shared<std::vector<float>>(x->size());
+        auto mean = std::make_shared<std::vector<float>>(rows), rstd = std::make_shared<std::vector<float>>(rows);
+        p.bytes = 8.0 * rows * h;
+        p.run = [=] { tk::layernorm_forward(rows, h, 1e-5f, x->data(), g->data(), be->data(), y->data(), mean->data(), rstd->data()); };
+        p.check = [=] {
+          p.run();
+          std::vector<float> ref(x->size());
+          for (int r = 0; r < rows; ++r) {
+            const float* xr = x->data() + std::size_t(r) * h;
+            double mu = 0, var = 0;
+            for (int c = 0; c < h; ++c) mu += xr[c];
+            mu /= h;
+            for (int c = 0; c < h; ++c) var += (xr[c] - mu) * (xr[c] - mu);
+            const double rs = 1.0 / std::sqrt(var / h + 1e-5);
+            for (int c = 0; c < h; ++c) ref[std::size_t(r) * h + c] = float((xr[c] - mu) * rs * (*g)[c] + (*be)[c]);
+          }
+          return count_diff(*y, ref, 1e-4);
+        };
+        return p;
+      }
+      case KernelKind::activation: {
+        if (model.activation == Activation::swiglu) {
+          const int F = std::max(1, model.ffn);
+          const int rows = int(at_least(bytes / (12.0 * F)));
+          auto x = std::make_shared<std::vector<float>>(random_vector(std::size_t(rows) * 2 * F, 11, -4, 4));
+          auto y = std::make_shared<std::vector<float>>(std::size_t(rows) * F);
+          p.bytes = 12.0 * rows * F;
+          p.run = [=] { tk::swiglu_forward(rows, F, x->data(), y->data()); };
+          p.check = [=] {
+            p.run();
+            std::vector<float> ref(y->size());
+            for (int r = 0; r < rows; ++r)
+              for (int i = 0; i < F; ++i) {
+                const double a = (*x)[std::size_t(r) * 2 * F + i], b = (*x)[std::size_t(r) * 2 * F + F + i];
+                ref[std::size_t(r) * F + i] = float(a / (1 + std::exp(-a)) * b);
+              }
+            return count_diff(*y, ref, 1e-4);
+          };
+        } else {
+          const std::size_t n = std::size_t(at_least(bytes / 8.0));
+          auto x = std::make_shared<std::vector<float>>(random_vector(n, 12, -4, 4));
+          auto y = std::make_shared<std::vector<float>>(n);
+          p.bytes = 8.0 * double(n);
+          p.run = [=] { tk::gelu_forward(n, x->data(), y->data()); };
+          p.check = [=] {
+            p.run();
+            std::vector<float> ref(n);
+            for (std::size_t i = 0; i < n; ++i) {
+              const double v = (*x)[i];
+              ref[i] = float(0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+            }
+            return count_diff(*y, ref, 1e-4);
+          };
+        }
+        return p;
+      }
+      case KernelKind::softmax: {
+        const int cols = std::max(16, model.seq_len);
+        const int rows = int(at_least(bytes / (8.0 * cols)));
+        auto x = std::make_shared<std::vector<float>>(random_vector(std::size_t(rows) * cols, 13, -5, 5));
+        auto y = std::make_shared<std::vector<float>>(x->size());
+        p.bytes = 8.0 * rows * cols;
+        p.run = [=] { softmax_rows(rows, cols, x->data(), y->data()); };
+        p.check = [=] {
+          p.run();
+          std::vector<float> ref(x->size());
+          for (int r = 0; r < rows; ++r) {
+            const float* xr = x->data() + std::size_t(r) * cols;
+            const double m = *std::max_element(xr, xr + cols);
+            double sum = 0;
+            for (int i = 0; i < cols; ++i) sum += std::exp(xr[i] - m);
+            for (int i = 0; i < cols; ++i) ref[std::size_t(r) * cols + i] = float(std::exp(xr[i] - m) / sum);
+          }
+          return count_diff(*y, ref, 1e-5);
+        };
+        return p;
+      }
+      case KernelKind::elementwise: {
+        // Residual add: read two, write one (the workload's 3 x T x h x bytes).
+        const std::size_t n = std::size_t(at_least(bytes / 12.0));
+        auto a = std::make_shared<std::vector<float>>(random_vector(n, 14)), b = std::make_shared<std::vector<float>>(random_vector(n, 15));
+        auto y = std::make_shared<std::vector<float>>(n);
+        p.bytes = 12.0 * double(n);
+        p.run = [=] {
+          const float* pa = a->data();
+          const float* pb = b->data();
+          float* py = y->data();
+#pragma omp simd
+          for (std::size_t i = 0; i < n; ++i) py[i] = pa[i] + pb[i];
+        };
+        p.check = [=] {
+          p.run();
+          std::int64_t wrong = 0;
+          for (std::size_t i = 0; i < n; ++i) wrong += (*y)[i] != (*a)[i] + (*b)[i];
+          return wrong;
+        };
+        return p;
+      }
+      case KernelKind::adam: {
+        const std::size_t n = std::size_t(at_least(bytes / 28.0));
+        auto pr = std::make_shared<std::vector<float>>(random_vector(n, 16)), g = std::make_shared<std::vector<float>>(random_vector(n, 17));
+        auto m = std::make_shared<std::vector<float>>(random_vector(n, 18)), v = std::make_shared<std::vector<float>>(random_vector(n, 19, 0, 1));
+        auto step = std::make_shared<int>(1);
+        p.bytes = 28.0 * double(n);
+        p.run = [=] { tk::adam_step(n, tk::AdamConfig{}, (*step)++, pr->data(), g->data(), m->data(), v->data()); };
+        p.check = [=] {
+          std::vector<float> rp = *pr, rm = *m, rv = *v;
+          const tk::AdamConfig c;
+          const int s = *step;
+          tk::adam_step(n, c, (*step)++, pr->data(), g->data(), m->data(), v->data());
+          for (std::size_t i = 0; i < n; ++i) {
+            const double gi = (*g)[i];
+            rm[i] = float(c.beta1 * rm[i] + (1 - c.beta1) * gi);
+            rv[i] = float(c.beta2 * rv[i] + (1 - c.beta2) * gi * gi);
+            const double mh = rm[i] / (1 - std::pow(c.beta1, s)), vh = rv[i] / (1 - std::pow(c.beta2, s));
+            rp[i] = float(rp[i] - c.lr * (mh / (std::sqrt(vh) + c.eps) + c.weight_decay * rp[i]));
+          }
+          return count_diff(*pr, rp, 1e-5);
+        };
+        return p;
+      }
+      case KernelKind::count: break;
+    }
+    return {};
+  }
+
+  std::vector<double> time(const Prepared& p, int warmup, int reps, double budget_s) override {
+    for (int i = 0; i < warmup; ++i) p.run();
+    std::vector<double> out;
+    double spent = 0;
+    for (int i = 0; i < std::max(reps, 3); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      p.run();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      out.push_back(s);
+      spent += s;
+      if (out.size() >= 3 && spent > budget_s) break;
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Bench> make_cpu_bench() { return std::make_unique<CpuBench>(); }
+
+}  // namespace tedsim::calibration

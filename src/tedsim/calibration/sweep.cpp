@@ -1,0 +1,180 @@
+#include "tedsim/calibration/sweep.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "tedsim/comm/collective_check.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/model/workload.hpp"
+#include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/search/search.hpp"
+#include "tedsim/spec/parallel_config.hpp"
+
+namespace tedsim::calibration {
+namespace {
+
+// A profile that remembers every question build_workload asks: the
+// GEMM shapes and kernel sizes of a configuration, exactly as the cost model will look them up.
+// Answers constants: the analytic profile may lack the model's dtype (a CPU topology, fp16 model).
+class RecordingProfile final : public Profile {
+ public:
+  RecordingProfile() = default;
+  double gemm_seconds(const GemmShape& s) const override {
+    if (s.m > 0 && s.n > 0 && s.k > 0) gemms.insert({s.m, s.n, s.k, s.batch});
+    return 1e-6;
+  }
+  double kernel_seconds(KernelKind kind, double bytes, Dtype d) const override {
+    if (bytes > 0) {
+      auto& r = kernel_range[int(kind)];
+      r.first = r.first == 0 ? bytes : std::min(r.first, bytes);
+      r.second = std::max(r.second, bytes);
+    }
+    (void)d;
+    return 1e-6;
+  }
+  double collective_seconds(CollectiveOp, const GroupSpan&, double) const override {
+    return 1e-6;
+  }
+  std::string describe() const override { return "recording"; }
+
+  mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> gemms;
+  mutable std::map<int, std::pair<double, double>> kernel_range;
+
+};
+
+// Bucket of a GEMM shape: each dimension on a grid of factor 2 in log space. Shapes in one bucket
+// have nearly the same efficiency, and the profile interpolates between buckets anyway.
+std::tuple<int, int, int, int> bucket(const std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>& s) {
+  const auto b = [](std::int64_t v) { return int(std::lround(std::log2(double(v)))); };
+  return {b(std::get<0>(s)), b(std::get<1>(s)), b(std::get<2>(s)), b(std::get<3>(s))};
+}
+
+std::vector<double> log_sweep(double lo, double hi, double factor) {
+  std::vector<double> out;
+  if (hi < lo) hi = lo;
+  for (double b = lo; b < hi * 1.0001; b *= factor) out.push_back(std::round(b));
+  if (out.empty() || out.back() < hi * 0.9999) out.push_back(std::round(hi));
+  return out;
+}
+
+}  // namespace
+
+Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& o) {
+  Sweep sweep;
+  sweep.min_bytes = o.min_bytes > 0 ? o.min_bytes : 1024;
+  sweep.max_bytes = o.max_bytes > 0 ? o.max_bytes : (o.quick ? (1 << 20) : (64 << 20));
+  sweep.step_factor = o.step_factor > 0 ? o.step_factor : (o.quick ? 8.0 : 2.0);
+  if (sweep.min_bytes > sweep.max_bytes)
+    throw InputError("--min-bytes " + std::to_string(sweep.min_bytes) + " is above --max-bytes " +
+                     std::to_string(sweep.max_bytes));
+  if (sweep.step_factor <= 1.0) throw InputError("--step-factor: expected a factor > 1");
+
+  // 1. GEMM shapes and kernel sizes of every configuration search would enumerate for the cluster,
+  //    with micro-batches up to 4 (1 in quick mode): larger micro-batches only scale the token
+  //    dimension, which the efficiency interpolation covers.
+  SearchSpace space;
+  space.gpus = o.gpus;
+  space.global_batch = o.global_batch > 0 ? o.global_batch : 8 * o.gpus;
+  space.seq_len = o.seq_len;
+  const std::vector<ParallelConfig> configs = enumerate_configs(model, space);
+  RecordingProfile rec;
+  std::set<std::tuple<int, int, int, bool, bool, int>> seen;  // configurations with the same shapes
+  for (ParallelConfig c : configs) {
+    if (c.micro_batch > (o.quick ? 1 : 4)) continue;
+    if (!seen.insert({c.tp, c.ep, c.micro_batch, c.dtd, c.expert_tp, int(c.layout)}).second) continue;
+    c.zero = 1;
+    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp);
+    const Workload w = build_workload(model, c, rec, compute_group_spans(layout, topology));
+    (void)w;
+    ++sweep.configs;
+  }
+  // Distinct shapes, capped: one per bucket (the first seen), then evenly over FLOPs.
+  sweep.gemm_shapes_seen = int(rec.gemms.size());
+  std::map<std::tuple<int, int, int, int>, std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> buckets;
+  for (const auto& s : rec.gemms) buckets.emplace(bucket(s), s);
+  std::vector<GemmShape> shapes;
+  // A CPU core runs ~50 GFLOP/s: shapes above the cap would take seconds per repetition; the
+  // profile extrapolates them from the largest measured ones (efficiency is flat up there).
+  const double flop_cap = o.gpu ? 1e14 : (o.quick ? 1e10 : 4e10);
+  for (const auto& [b, s] : buckets) {
+    GemmShape g{std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s), o.dtype};
+    const double bytes = double(g.batch) * double(g.m * g.k + g.k * g.n + g.m * g.n) * bytes_of(o.dtype);
+    if (g.flops() > flop_cap || bytes > (o.gpu ? 16.0 : 2.0) * kGiB) continue;
+    shapes.push_back(g);
+  }
+  std::sort(shapes.begin(), shapes.end(), [](const GemmShape& a, const GemmShape& b) { return a.flops() < b.flops(); });
+  const std::size_t cap = o.quick ? 12 : 64;
+  if (shapes.size() > cap) {
+    std::vector<GemmShape> kept;
+    for (std::size_t i = 0; i < cap; ++i) kept.push_back(shapes[i * (shapes.size() - 1) / (cap - 1)]);
+    shapes = kept;
+  }
+  for (const GemmShape& g : shapes) sweep.gemms.push_back({g});
+
+  // Kernel sizes: log-spaced over the range the workloads ask about (half the smallest to twice
+  // the largest), factor 4 (16 quick), capped at what a device streams in well under a second.
+  const double kernel_cap = o.gpu ? 4.0 * kGiB : (o.quick ? 32.0 * kMiB : 256.0 * kMiB);
+  for (const auto& [kind, range] : rec.kernel_range) {
+    const double lo = std::max(4096.0, range.first / 2), hi = std::max(lo, std::min(kernel_cap, range.second * 2));
+    for (double b : log_sweep(lo, hi, o.quick ? 16.0 : 4.0)) sweep.kernels.push_back({KernelKind(kind), b});
+  }
+
+  // 2. Collectives: the group shapes of every (t, e, layout, expert TP) on this world, as placed
+  //    (ranks_per_node from the real host placement, not the topology's devices_per_node).
+  TopologySpec placed = topology;
+  placed.devices_per_node = std::max(1, o.ranks_per_node);
+  SearchSpace world_space;
+  world_space.gpus = o.world;
+  world_space.global_batch = 8 * o.world;
+  world_space.seq_len = o.seq_len;
+  world_space.zero_stages = {1};
+  std::set<std::tuple<int, int, int, bool>> layouts;
+  std::set<std::tuple<int, int, int, int, int, bool>> measured;  // (op, span)
+  const std::vector<std::int64_t> counts = sweep_counts(sweep.min_bytes, sweep.max_bytes, sweep.step_factor, o.dtype);
+  for (const ParallelConfig& c : enumerate_configs(model, world_space)) {
+    if (!layouts.insert({c.tp, c.ep, int(c.layout), c.expert_tp}).second) continue;
+    const TedLayout layout(o.world, c.tp, c.ep, c.layout, c.expert_tp);
+    const GroupSpans spans = compute_group_spans(layout, placed);
+    const std::pair<GroupKind, std::vector<CollectiveOp>> kinds[] = {
+        {GroupKind::tensor, {CollectiveOp::all_reduce, CollectiveOp::all_gather}},
+        {GroupKind::expert, {CollectiveOp::all_to_all}},
+        {GroupKind::data, {CollectiveOp::all_reduce, CollectiveOp::reduce_scatter, CollectiveOp::all_gather}},
+        {GroupKind::expert_data, {CollectiveOp::all_reduce, CollectiveOp::reduce_scatter, CollectiveOp::all_gather}}};
+    for (const auto& [kind, ops] : kinds) {
+      const SpanSet& set = spans.of(kind);
+      if (set.count == 0) continue;
+      const GroupSpan span = set.widest();
+      if (span.ranks <= 1) continue;
+      for (CollectiveOp op : ops) {
+        if (!measured.insert({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                              span.crosses_islands})
+                 .second)
+          continue;
+        for (std::int64_t count : counts) {
+          CollectiveCaseSpec cs;
+          cs.op = op;
+          cs.kind = kind;
+          cs.t = c.tp;
+          cs.e = c.ep;
+          cs.layout = c.layout;
+          cs.expert_tp = c.expert_tp;
+          cs.span = span;
+          cs.count = count;
+          sweep.collectives.push_back(cs);
+        }
+      }
+    }
+  }
+  // Group by layout so each layout's communicators are split once.
+  std::stable_sort(sweep.collectives.begin(), sweep.collectives.end(),
+                   [](const CollectiveCaseSpec& a, const CollectiveCaseSpec& b) {
+                     return std::make_tuple(a.t, a.e, int(a.layout), a.expert_tp) <
+                            std::make_tuple(b.t, b.e, int(b.layout), b.expert_tp);
+                   });
+  return sweep;
+}
+
+}  // namespace tedsim::calibration

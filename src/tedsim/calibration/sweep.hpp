@@ -1,0 +1,64 @@
+#pragma once
+// What a calibration measures, derived from the model, topology and cluster it is calibrating
+// for: the GEMM shapes and kernel sizes a TED step of that model runs (every configuration search
+// would enumerate, built by the same build_workload the cost model uses, so the profile answers
+// the questions the cost model will ask), and the collective group shapes those configurations
+// create on this world, with a message-size sweep. Deterministic: every rank derives the same list
+// in the same order, which is what makes resuming by point count safe.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tedsim/profile/profile.hpp"
+#include "tedsim/spec/model_spec.hpp"
+#include "tedsim/spec/rank_layout.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
+namespace tedsim::calibration {
+
+struct SweepOptions {
+  int gpus = 1;                 // cluster the GEMM/kernel shapes are derived for
+  int world = 1;                // ranks that measure collectives (MPI world size)
+  int ranks_per_node = 1;       // as placed by mpirun (most ranks on one host)
+  int global_batch = 0;         // 0: 8 sequences per rank of the cluster
+  int seq_len = 0;              // 0: the model's
+  bool quick = false;
+  bool gpu = false;             // timing device: caps sizes to what a CPU core does in seconds
+  Dtype dtype = Dtype::fp32;    // measured dtype (CPU: fp32; CUDA: the model's)
+  std::int64_t min_bytes = 0, max_bytes = 0;  // collectives; 0: defaults for quick/full
+  double step_factor = 0;                     // 0: default
+};
+
+struct GemmCase {
+  GemmShape shape;
+};
+
+struct KernelCase {
+  KernelKind kind = KernelKind::gating;
+  double bytes = 0;  // target; the measured point records the bytes actually moved
+};
+
+struct CollectiveCaseSpec {
+  CollectiveOp op = CollectiveOp::all_reduce;
+  GroupKind kind = GroupKind::tensor;
+  int t = 1, e = 1;             // TED layout that forms groups of this shape
+  RankLayout layout = RankLayout::ted;
+  bool expert_tp = true;
+  GroupSpan span;               // the widest group of the kind under that layout
+  std::int64_t count = 0;       // nccl-tests count of `dtype` elements
+};
+
+struct Sweep {
+  std::vector<GemmCase> gemms;
+  std::vector<KernelCase> kernels;
+  std::vector<CollectiveCaseSpec> collectives;  // grouped by layout, then op/shape, then size
+  std::int64_t min_bytes = 0, max_bytes = 0;
+  double step_factor = 0;
+  int configs = 0;              // configurations the shapes were collected from
+  int gemm_shapes_seen = 0;     // distinct shapes before the cap
+  std::size_t points() const { return gemms.size() + kernels.size() + collectives.size(); }
+};
+
+Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& options);
+
+}  // namespace tedsim::calibration

@@ -1,0 +1,663 @@
+#include "tedsim/profile/measured_profile.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "tedsim/core/atomic_file.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/profile/collective_table.hpp"
+
+namespace tedsim {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "tedsim-profile";
+constexpr int kVersion = 1;
+
+std::string human_bytes(double b) {
+  char buf[64];
+  if (b >= kGiB) std::snprintf(buf, sizeof buf, "%.3g GiB", b / kGiB);
+  else if (b >= kMiB) std::snprintf(buf, sizeof buf, "%.3g MiB", b / kMiB);
+  else if (b >= kKiB) std::snprintf(buf, sizeof buf, "%.3g KiB", b / kKiB);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+std::string num(double v, int digits = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
+// ---- strict reading -------------------------------------------------------------------------
+
+class Reader {
+ public:
+  Reader(const json& j, std::string file, std::string path) : j_(j), file_(std::move(file)), path_(std::move(path)) {
+    if (!j_.is_object()) fail("", "expected an object");
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    const std::string p = key.empty() ? path_ : (path_.empty() ? key : path_ + "." + key);
+    throw InputError(file_ + ": key '" + (p.empty() ? std::string("<top>") : p) + "': " + what);
+  }
+  bool has(const std::string& key) const { return j_.contains(key); }
+  const json& get(const std::string& key) const {
+    read_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end()) fail(key, "missing");
+    return *it;
+  }
+  std::string text(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_string()) fail(key, "expected a string");
+    return v.get<std::string>();
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    return has(key) ? text(key) : (read_.insert(key), fallback);
+  }
+  double number(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_number()) fail(key, "expected a number");
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) fail(key, "expected a finite number");
+    return d;
+  }
+  double nonneg(const std::string& key) const {
+    const double d = number(key);
+    if (d < 0) fail(key, "expected a number >= 0, got " + num(d));
+    return d;
+  }
+  std::int64_t positive_int(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_number_integer() || v.get<std::int64_t>() <= 0) fail(key, "expected a positive integer");
+    return v.get<std::int64_t>();
+  }
+  std::int64_t positive_int(const std::string& key, std::int64_t fallback) const {
+    return has(key) ? positive_int(key) : (read_.insert(key), fallback);
+  }
+  bool boolean(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = get(key);
+    if (!v.is_boolean()) fail(key, "expected true or false");
+    return v.get<bool>();
+  }
+  std::vector<std::string> strings(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_array()) fail(key, "expected a list of strings");
+    std::vector<std::string> out;
+    for (const json& e : v) {
+      if (!e.is_string()) fail(key, "expected a list of strings");
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
+  Reader child(const std::string& key) const { return Reader(get(key), file_, sub(key)); }
+  std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const std::string& file() const { return file_; }
+  void reject_unknown_keys() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!read_.count(it.key())) fail(it.key(), "unknown key");
+  }
+  template <class F>
+  auto parse(const std::string& key, F&& f) const {
+    const std::string t = text(key);
+    try {
+      return f(t);
+    } catch (const InputError& e) {
+      fail(key, e.what());
+    }
+  }
+
+ private:
+  const json& j_;
+  std::string file_, path_;
+  mutable std::set<std::string> read_;
+};
+
+Timing read_timing(const Reader& r) {
+  Timing t;
+  t.min_s = r.nonneg("min");
+  t.median_s = r.nonneg("median");
+  t.max_s = r.nonneg("max");
+  r.reject_unknown_keys();
+  if (!(t.min_s <= t.median_s && t.median_s <= t.max_s)) r.fail("", "expected min <= median <= max");
+  return t;
+}
+
+json timing_json(const Timing& t) { return json{{"min", t.min_s}, {"median", t.median_s}, {"max", t.max_s}}; }
+
+template <class F>
+void for_each_item(const Reader& top, const std::string& key, F&& f) {
+  if (!top.has(key)) {
+    top.get(key);  // "missing"
+  }
+  const json& list = top.get(key);
+  if (!list.is_array()) top.fail(key, "expected a list");
+  for (std::size_t i = 0; i < list.size(); ++i) f(Reader(list[i], top.file(), key + "[" + std::to_string(i) + "]"));
+}
+
+}  // namespace
+
+KernelKind parse_kernel_kind(const std::string& text) {
+  for (int i = 0; i < int(KernelKind::count); ++i)
+    if (text == to_string(KernelKind(i))) return KernelKind(i);
+  throw InputError("unknown kernel kind '" + text + "' (gating, dispatch, combine, layernorm, activation, softmax, elementwise, adam)");
+}
+
+CollectiveOp parse_collective_op(const std::string& text) {
+  for (int i = 0; i < int(CollectiveOp::count); ++i)
+    if (text == to_string(CollectiveOp(i))) return CollectiveOp(i);
+  throw InputError("unknown collective '" + text + "' (all_reduce, all_gather, reduce_scatter, all_to_all)");
+}
+
+std::string describe_span(const GroupSpan& s) {
+  std::string out = "n=" + std::to_string(s.ranks) + " nodes=" + std::to_string(s.nodes) +
+                    " rpn=" + std::to_string(s.max_ranks_per_node) + " gpn=" + std::to_string(s.groups_per_node);
+  if (s.crosses_islands) out += " islands";
+  return out;
+}
+
+std::string point_key(const GemmPoint& p) {
+  return "gemm " + std::to_string(p.shape.m) + "x" + std::to_string(p.shape.n) + "x" + std::to_string(p.shape.k) +
+         " batch " + std::to_string(p.shape.batch) + " " + to_string(p.shape.dtype);
+}
+std::string point_key(const KernelPoint& p) {
+  return std::string("kernel ") + to_string(p.kind) + " " + to_string(p.dtype) + " " + num(p.bytes, 17);
+}
+std::string point_key(const CollectivePoint& p) {
+  return std::string("collective ") + to_string(p.op) + " " + to_string(p.dtype) + " " + describe_span(p.span) + " " +
+         num(p.bytes, 17);
+}
+
+std::string profile_to_json(const ProfileData& d) {
+  json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  const Provenance& p = d.provenance;
+  j["provenance"] = json{{"hosts", p.hosts},       {"devices", p.devices},     {"driver", p.driver},
+                         {"cuda", p.cuda},         {"cublas", p.cublas},       {"nccl", p.nccl},
+                         {"mpi", p.mpi},           {"cpu_model", p.cpu_model}, {"date", p.date},
+                         {"tedsim_version", p.tedsim_version}, {"build_flags", p.build_flags},
+                         {"backend", p.backend},   {"ranks", p.ranks},         {"ranks_per_node", p.ranks_per_node}};
+  if (!d.calibration_json.empty()) {
+    j["calibration"] = json::parse(d.calibration_json);
+    j["calibration"]["complete"] = d.complete;
+  }
+  json g = json::array();
+  for (const GemmPoint& x : d.gemms)
+    g.push_back(json{{"m", x.shape.m}, {"n", x.shape.n}, {"k", x.shape.k}, {"batch", x.shape.batch},
+                     {"dtype", to_string(x.shape.dtype)}, {"seconds", timing_json(x.seconds)}});
+  j["gemm"] = g;
+  json k = json::array();
+  for (const KernelPoint& x : d.kernels)
+    k.push_back(json{{"kind", to_string(x.kind)}, {"dtype", to_string(x.dtype)}, {"bytes", x.bytes},
+                     {"seconds", timing_json(x.seconds)}});
+  j["kernels"] = k;
+  json c = json::array();
+  for (const CollectivePoint& x : d.collectives)
+    c.push_back(json{{"op", to_string(x.op)},
+                     {"dtype", to_string(x.dtype)},
+                     {"ranks", x.span.ranks},
+                     {"nodes", x.span.nodes},
+                     {"max_ranks_per_node", x.span.max_ranks_per_node},
+                     {"groups_per_node", x.span.groups_per_node},
+                     {"crosses_islands", x.span.crosses_islands},
+                     {"bytes", x.bytes},
+                     {"seconds", timing_json(x.seconds)},
+                     {"busbw_gbs", x.busbw_gbs}});
+  j["collectives"] = c;
+  return j.dump(1) + "\n";
+}
+
+ProfileData profile_from_json(const std::string& text, const std::string& name) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(name + ": not valid JSON: " + e.what());
+  }
+  Reader top(j, name, "");
+  if (top.text("format") != kFormat) top.fail("format", std::string("expected \"") + kFormat + "\"");
+  if (top.positive_int("version") != kVersion) top.fail("version", "unsupported version (this tedsim reads 1)");
+  ProfileData d;
+  {
+    Reader r = top.child("provenance");
+    Provenance& p = d.provenance;
+    p.hosts = r.strings("hosts");
+    p.devices = r.strings("devices");
+    p.driver = r.text("driver", "");
+    p.cuda = r.text("cuda", "");
+    p.cublas = r.text("cublas", "");
+    p.nccl = r.text("nccl", "");
+    p.mpi = r.text("mpi", "");
+    p.cpu_model = r.text("cpu_model", "");
+    p.date = r.text("date", "");
+    p.tedsim_version = r.text("tedsim_version", "");
+    p.build_flags = r.text("build_flags", "");
+    p.backend = r.text("backend");
+    p.ranks = int(r.positive_int("ranks"));
+    p.ranks_per_node = int(r.positive_int("ranks_per_node", 1));
+    r.reject_unknown_keys();
+  }
+  if (top.has("calibration")) {
+    const json& c = top.get("calibration");
+    if (!c.is_object()) top.fail("calibration", "expected an object");
+    json copy = c;
+    d.complete = true;
+    if (copy.contains("complete")) {
+      if (!copy["complete"].is_boolean()) top.fail("calibration.complete", "expected true or false");
+      d.complete = copy["complete"].get<bool>();
+      copy.erase("complete");
+    }
+    d.calibration_json = copy.dump();
+  }
+  const auto dtype = [](const std::string& t) { return parse_dtype(t); };
+  for_each_item(top, "gemm", [&](const Reader& r) {
+    GemmPoint p;
+    p.shape.m = r.positive_int("m");
+    p.shape.n = r.positive_int("n");
+    p.shape.k = r.positive_int("k");
+    p.shape.batch = r.positive_int("batch", 1);
+    p.shape.dtype = r.parse("dtype", dtype);
+    p.seconds = read_timing(r.child("seconds"));
+    r.reject_unknown_keys();
+    d.gemms.push_back(p);
+  });
+  for_each_item(top, "kernels", [&](const Reader& r) {
+    KernelPoint p;
+    p.kind = r.parse("kind", parse_kernel_kind);
+    p.dtype = r.parse("dtype", dtype);
+    p.bytes = r.nonneg("bytes");
+    p.seconds = read_timing(r.child("seconds"));
+    r.reject_unknown_keys();
+    d.kernels.push_back(p);
+  });
+  for_each_item(top, "collectives", [&](const Reader& r) {
+    CollectivePoint p;
+    p.op = r.parse("op", parse_collective_op);
+    p.dtype = r.parse("dtype", dtype);
+    p.span.ranks = int(r.positive_int("ranks"));
+    p.span.nodes = int(r.positive_int("nodes"));
+    p.span.max_ranks_per_node = int(r.positive_int("max_ranks_per_node"));
+    p.span.groups_per_node = int(r.positive_int("groups_per_node"));
+    p.span.crosses_islands = r.boolean("crosses_islands", false);
+    p.bytes = r.nonneg("bytes");
+    p.seconds = read_timing(r.child("seconds"));
+    p.busbw_gbs = r.nonneg("busbw_gbs");
+    r.reject_unknown_keys();
+    d.collectives.push_back(p);
+  });
+  top.reject_unknown_keys();
+  return d;
+}
+
+void save_profile(const std::string& path, const ProfileData& data) { write_file_atomically(path, profile_to_json(data)); }
+
+ProfileData load_profile_data(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open profile");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return profile_from_json(ss.str(), path);
+}
+
+// ---- lookups ----------------------------------------------------------------------------------
+
+MeasuredProfile::MeasuredProfile(ProfileData data, const TopologySpec& fallback_topology, std::string source)
+    : data_(std::move(data)), fallback_(fallback_topology), source_(std::move(source)) {
+  std::map<std::tuple<int, int>, std::vector<std::pair<double, double>>> k;
+  for (const KernelPoint& p : data_.kernels)
+    if (p.bytes > 0 && p.seconds.median_s > 0) k[{int(p.kind), int(p.dtype)}].push_back({p.bytes, p.seconds.median_s});
+  std::map<std::tuple<int, int, int, int, int, bool>, std::vector<std::pair<double, double>>> c;
+  for (const CollectivePoint& p : data_.collectives)
+    if (p.bytes > 0 && p.seconds.median_s > 0)
+      c[{int(p.op), p.span.ranks, p.span.nodes, p.span.max_ranks_per_node, p.span.groups_per_node,
+         p.span.crosses_islands}]
+          .push_back({p.bytes, p.seconds.median_s});
+  const auto build = [](std::vector<std::pair<double, double>>& pts) {
+    std::sort(pts.begin(), pts.end());
+    Series s;
+    for (const auto& [b, t] : pts) {
+      if (!s.bytes.empty() && s.bytes.back() == b) {  // duplicate size: keep the median of the two
+        s.seconds.back() = 0.5 * (s.seconds.back() + t);
+        continue;
+      }
+      s.bytes.push_back(b);
+      s.seconds.push_back(t);
+    }
+    fit(s);
+    return s;
+  };
+  for (auto& [key, pts] : k) kernels_[key] = build(pts);
+  for (auto& [key, pts] : c) collectives_[key] = build(pts);
+  for (std::size_t i = 0; i < data_.gemms.size(); ++i)
+    if (data_.gemms[i].seconds.median_s > 0) gemms_by_dtype_[int(data_.gemms[i].shape.dtype)].push_back(i);
+}
+
+// Least squares of t = alpha + bytes * inv_bw in relative error (weights 1/t^2), so the small
+// (latency-bound) sizes count as much as the large ones; both coefficients kept >= 0.
+void MeasuredProfile::fit(Series& s) {
+  const std::size_t n = s.bytes.size();
+  if (n == 0) return;
+  if (n == 1) {
+    s.alpha = 0;
+    s.inv_bw = s.seconds[0] / s.bytes[0];
+    return;
+  }
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double w = 1.0 / (s.seconds[i] * s.seconds[i]);
+    sw += w;
+    sx += w * s.bytes[i];
+    sy += w * s.seconds[i];
+    sxx += w * s.bytes[i] * s.bytes[i];
+    sxy += w * s.bytes[i] * s.seconds[i];
+  }
+  const double det = sw * sxx - sx * sx;
+  double a = det != 0 ? (sxx * sy - sx * sxy) / det : 0;
+  double b = det != 0 ? (sw * sxy - sx * sy) / det : 0;
+  if (a < 0 || det == 0) {  // through the origin
+    a = 0;
+    b = sxy / sxx;
+  }
+  if (b <= 0) {  // flat: pure latency, bandwidth from the largest point
+    b = 0;
+    a = sy / sw;
+  }
+  s.alpha = a;
+  s.inv_bw = b;
+}
+
+double MeasuredProfile::eval(const Series& s, double bytes, int* where) {
+  const std::size_t n = s.bytes.size();
+  if (bytes < s.bytes.front() || bytes > s.bytes.back()) {
+    *where = bytes < s.bytes.front() ? -1 : 1;
+    double t = s.alpha + bytes * s.inv_bw;
+    // Below the range never slower than the smallest measured point.
+    if (*where < 0) t = std::min(t, s.seconds.front());
+    return std::max(t, 0.0);
+  }
+  *where = 0;
+  const auto it = std::lower_bound(s.bytes.begin(), s.bytes.end(), bytes);
+  const std::size_t hi = std::size_t(it - s.bytes.begin());
+  if (s.bytes[hi] == bytes || n == 1) return s.seconds[hi];
+  const std::size_t lo = hi - 1;
+  const double f = std::log(bytes / s.bytes[lo]) / std::log(s.bytes[hi] / s.bytes[lo]);
+  return std::exp(std::log(s.seconds[lo]) + f * (std::log(s.seconds[hi]) - std::log(s.seconds[lo])));
+}
+
+void MeasuredProfile::note(const std::string& key, const std::string& text, double size) const {
+  // Called with mutex_ held.
+  auto it = warning_index_.find(key);
+  if (it == warning_index_.end()) {
+    warning_index_[key] = warnings_.size();
+    warnings_.push_back(Warning{text, 1, size, size});
+    return;
+  }
+  Warning& w = warnings_[it->second];
+  ++w.count;
+  w.min_size = std::min(w.min_size, size);
+  w.max_size = std::max(w.max_size, size);
+}
+
+std::vector<std::string> MeasuredProfile::warnings() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  for (const Warning& w : warnings_) {
+    std::string line = w.text;
+    if (w.count > 1) line += " [" + std::to_string(w.count) + " distinct lookups]";
+    out.push_back(line);
+  }
+  return out;
+}
+
+namespace {
+template <class... T>
+std::string raw_key(char tag, const T&... v) {
+  std::string k(1, tag);
+  (k.append(reinterpret_cast<const char*>(&v), sizeof(v)), ...);
+  return k;
+}
+}  // namespace
+
+double MeasuredProfile::gemm_seconds(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return 0.0;
+  const std::string key = raw_key('g', s.m, s.n, s.k, s.batch, s.dtype);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  const double t = gemm_uncached(s);
+  cache_.emplace(key, t);
+  return t;
+}
+
+double MeasuredProfile::kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const {
+  if (bytes <= 0) return 0.0;
+  const std::string key = raw_key('k', kind, bytes, dtype);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  const double t = kernel_uncached(kind, bytes, dtype);
+  cache_.emplace(key, t);
+  return t;
+}
+
+double MeasuredProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  if (span.ranks <= 1 || bytes <= 0) return 0.0;
+  const std::string key = raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                                  span.crosses_islands, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  const double t = collective_uncached(op, span, bytes);
+  cache_.emplace(key, t);
+  return t;
+}
+
+double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
+  const std::string what = std::string("gemm ") + to_string(s.dtype);
+  auto by = gemms_by_dtype_.find(int(s.dtype));
+  if (by == gemms_by_dtype_.end()) {
+    // Another dtype's points (e.g. a CPU profile, fp32 only, asked about a bf16 model).
+    for (const auto& [dt, list] : gemms_by_dtype_) {
+      note("gemm-dtype " + std::string(to_string(s.dtype)),
+           what + ": no " + to_string(s.dtype) + " GEMMs measured, used the " + to_string(Dtype(dt)) + " points", s.flops());
+      by = gemms_by_dtype_.find(dt);
+      break;
+    }
+  }
+  if (by == gemms_by_dtype_.end()) {
+    note("gemm-none", "gemm: no GEMMs measured, analytic profile of the fallback topology used", s.flops());
+    return fallback_.gemm_seconds(s);
+  }
+  // Local linear fit of log(time) over (log m, log n, log k, log batch) on the nearest measured
+  // shapes (weighted by closeness, a small ridge keeps directions without spread flat): between
+  // grid points a GEMM's time is close to log-linear in each dimension, which a plane captures.
+  struct Near {
+    double dist;
+    double x[4];
+    double log_t;
+  };
+  const double q[4] = {std::log(double(s.m)), std::log(double(s.n)), std::log(double(s.k)), std::log(double(s.batch))};
+  std::vector<Near> near;
+  double min_flops = std::numeric_limits<double>::max(), max_flops = 0;
+  for (std::size_t i : by->second) {
+    const GemmPoint& p = data_.gemms[i];
+    Near n{0, {std::log(double(p.shape.m)) - q[0], std::log(double(p.shape.n)) - q[1], std::log(double(p.shape.k)) - q[2],
+               std::log(double(p.shape.batch)) - q[3]},
+           std::log(p.seconds.median_s)};
+    n.dist = std::abs(n.x[0]) + std::abs(n.x[1]) + std::abs(n.x[2]) + std::abs(n.x[3]);
+    if (n.dist == 0) return p.seconds.median_s;
+    near.push_back(n);
+    min_flops = std::min(min_flops, p.shape.flops());
+    max_flops = std::max(max_flops, p.shape.flops());
+  }
+  const std::size_t k = std::min<std::size_t>(16, near.size());
+  std::partial_sort(near.begin(), near.begin() + k, near.end(), [](const Near& a, const Near& b) { return a.dist < b.dist; });
+  // Normal equations of weighted least squares, unknowns (c, g0..g3): log t = c + g . x.
+  double A[5][6] = {};
+  for (std::size_t i = 0; i < k; ++i) {
+    const double w = 1.0 / (near[i].dist * near[i].dist);
+    const double f[5] = {1.0, near[i].x[0], near[i].x[1], near[i].x[2], near[i].x[3]};
+    for (int r = 0; r < 5; ++r) {
+      for (int c = 0; c < 5; ++c) A[r][c] += w * f[r] * f[c];
+      A[r][5] += w * f[r] * near[i].log_t;
+    }
+  }
+  double wmax = 0;
+  for (int r = 0; r < 5; ++r) wmax = std::max(wmax, A[r][r]);
+  for (int r = 1; r < 5; ++r) A[r][r] += 1e-6 * wmax;
+  bool ok = true;
+  for (int c = 0; c < 5 && ok; ++c) {  // Gaussian elimination, partial pivoting
+    int piv = c;
+    for (int r = c + 1; r < 5; ++r)
+      if (std::abs(A[r][c]) > std::abs(A[piv][c])) piv = r;
+    if (std::abs(A[piv][c]) < 1e-300) {
+      ok = false;
+      break;
+    }
+    std::swap(A[c], A[piv]);
+    for (int r = 0; r < 5; ++r) {
+      if (r == c) continue;
+      const double f = A[r][c] / A[c][c];
+      for (int cc = c; cc < 6; ++cc) A[r][cc] -= f * A[c][cc];
+    }
+  }
+  double log_t = ok ? A[0][5] / A[0][0] : near[0].log_t;
+  // Never outside the neighbours' efficiency range: a plane may tilt too far beyond its points.
+  double eff_lo = std::numeric_limits<double>::max(), eff_hi = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    const double pe = std::exp(-near[i].x[0] - near[i].x[1] - near[i].x[2] - near[i].x[3] - near[i].log_t);  // flops ratio / t
+    eff_lo = std::min(eff_lo, pe);
+    eff_hi = std::max(eff_hi, pe);
+  }
+  // pe = (flops_i / flops_q) / t_i, so the query's efficiency-equivalent bound on 1/t is [eff_lo, eff_hi].
+  log_t = std::min(std::max(log_t, -std::log(eff_hi)), -std::log(eff_lo));
+  const double eff = s.flops() / std::exp(log_t);
+  const double flops = s.flops();
+  if (flops > 2.0 * max_flops || flops < 0.5 * min_flops) {
+    note(std::string("gemm-range ") + to_string(s.dtype) + (flops > max_flops ? "+" : "-"),
+         what + ": " + (flops > max_flops ? "above" : "below") + " the measured range " + num(min_flops) + ".." +
+             num(max_flops) + " FLOP, local fit on the " + std::to_string(k) + " nearest measured shapes (" +
+             num(eff / 1e9) + " GFLOP/s) extrapolated",
+         flops);
+  }
+  return flops / eff;
+}
+
+double MeasuredProfile::kernel_uncached(KernelKind kind, double bytes, Dtype dtype) const {
+  auto it = kernels_.find({int(kind), int(dtype)});
+  if (it == kernels_.end()) {
+    for (int dt = 0; dt < 3; ++dt) {
+      auto other = kernels_.find({int(kind), dt});
+      if (other == kernels_.end()) continue;
+      note(std::string("kernel-dtype ") + to_string(kind) + to_string(dtype),
+           std::string("kernel ") + to_string(kind) + " " + to_string(dtype) + ": not measured, used the " +
+               to_string(Dtype(dt)) + " points (same bytes)",
+           bytes);
+      it = other;
+      break;
+    }
+  }
+  if (it == kernels_.end()) {
+    note(std::string("kernel-none ") + to_string(kind),
+         std::string("kernel ") + to_string(kind) + ": not measured, analytic profile of the fallback topology used", bytes);
+    return fallback_.kernel_seconds(kind, bytes, dtype);
+  }
+  int where = 0;
+  const Series& s = it->second;
+  const double t = eval(s, bytes, &where);
+  if (where != 0)
+    note(std::string("kernel-range ") + to_string(kind) + to_string(dtype) + (where > 0 ? "+" : "-"),
+         std::string("kernel ") + to_string(kind) + " " + to_string(dtype) + ": sizes " + (where > 0 ? "above" : "below") +
+             " the measured " + human_bytes(s.bytes.front()) + ".." + human_bytes(s.bytes.back()) +
+             ", alpha-beta fit of " + std::to_string(s.bytes.size()) + " points (" + num(s.alpha * 1e6) + " us + " +
+             (s.inv_bw > 0 ? num(1.0 / s.inv_bw / kGB) : std::string("inf")) + " GB/s)",
+         bytes);
+  return t;
+}
+
+double MeasuredProfile::collective_uncached(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  const std::string name = std::string(to_string(op)) + " on " + describe_span(span);
+  auto it = collectives_.find({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                               span.crosses_islands});
+  double scale = 1.0;
+  if (it == collectives_.end()) {
+    // Nearest measured shape of this op: same node count first, then closest ranks, groups/node.
+    double best = std::numeric_limits<double>::max();
+    for (auto c = collectives_.begin(); c != collectives_.end(); ++c) {
+      const auto& [o, ranks, nodes, rpn, gpn, islands] = c->first;
+      if (o != int(op)) continue;
+      const double d = 100.0 * std::abs(std::log(double(nodes) / span.nodes)) +
+                       10.0 * std::abs(std::log(double(ranks) / span.ranks)) +
+                       std::abs(std::log(double(gpn) / span.groups_per_node)) +
+                       std::abs(std::log(double(rpn) / span.max_ranks_per_node)) + (islands != span.crosses_islands);
+      if (d < best) {
+        best = d;
+        it = c;
+      }
+    }
+    if (it == collectives_.end()) {
+      note(std::string("coll-none ") + to_string(op),
+           std::string(to_string(op)) + ": never measured, analytic profile of the fallback topology used", bytes);
+      return fallback_.collective_seconds(op, span, bytes);
+    }
+    const auto& [o, ranks, nodes, rpn, gpn, islands] = it->first;
+    (void)o;
+    const double f_measured = bus_bandwidth_factor(op, ranks);
+    scale = f_measured > 0 ? bus_bandwidth_factor(op, span.ranks) / f_measured : 1.0;
+    GroupSpan from{ranks, nodes, rpn, gpn, islands};
+    note("coll-shape " + name,
+         name + ": group shape never measured, used " + describe_span(from) + " scaled by the busbw factor ratio " +
+             num(scale),
+         bytes);
+  }
+  int where = 0;
+  const Series& s = it->second;
+  const double t = eval(s, bytes, &where) * scale;
+  if (where != 0)
+    note("coll-range " + name + (where > 0 ? "+" : "-"),
+         name + ": sizes " + (where > 0 ? "above" : "below") + " the measured " + human_bytes(s.bytes.front()) + ".." +
+             human_bytes(s.bytes.back()) + ", alpha-beta fit of " + std::to_string(s.bytes.size()) + " points (" +
+             num(s.alpha * 1e6) + " us + " + (s.inv_bw > 0 ? num(1.0 / s.inv_bw / kGB) : std::string("inf")) +
+             " GB/s algbw)",
+         bytes);
+  return t;
+}
+
+std::string MeasuredProfile::describe() const {
+  const Provenance& p = data_.provenance;
+  std::string hosts = p.hosts.empty() ? "?" : p.hosts.front();
+  if (p.hosts.size() > 1) hosts += " +" + std::to_string(p.hosts.size() - 1);
+  return "measured (" + (source_.empty() ? std::string("in memory") : source_) + ": " + p.backend + ", " +
+         std::to_string(p.ranks) + " ranks on " + hosts + ", " + (p.devices.empty() ? "?" : p.devices.front()) + ", " +
+         p.date + "; " + std::to_string(data_.gemms.size()) + " GEMM, " + std::to_string(data_.kernels.size()) +
+         " kernel, " + std::to_string(data_.collectives.size()) + " collective points; " +
+         (data_.complete ? "" : "INCOMPLETE, ") + "else " + fallback_.describe() + ")";
+}
+
+std::unique_ptr<Profile> load_profile(const std::string& path, const TopologySpec& fallback_topology) {
+  ProfileData data = load_profile_data(path);
+  return std::make_unique<MeasuredProfile>(std::move(data), fallback_topology, path);
+}
+
+void print_profile_warnings(std::ostream& out, const Profile& profile, int max_lines) {
+  const auto* measured = dynamic_cast<const MeasuredProfile*>(&profile);
+  if (!measured) return;
+  const std::vector<std::string> w = measured->warnings();
+  if (w.empty()) return;
+  out << "profile: " << w.size() << " lookup" << (w.size() == 1 ? "" : "s") << " not answered by a measured point:\n";
+  for (std::size_t i = 0; i < w.size() && int(i) < max_lines; ++i) out << "  " << w[i] << '\n';
+  if (int(w.size()) > max_lines) out << "  ... and " << (w.size() - std::size_t(max_lines)) << " more\n";
+}
+
+}  // namespace tedsim

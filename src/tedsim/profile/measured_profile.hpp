@@ -1,0 +1,164 @@
+#pragma once
+// A profile measured by `tedsim calibrate`: timings (min/median/max) of GEMMs, memory-bound kernels
+// and collectives over TED-shaped groups, with the provenance of the run that measured them.
+// Part of the cost model: no kernel, comm or MPI code here, only data and lookups.
+//
+// File format: JSON (one object, written by save_profile_json, read strictly by load_profile_data:
+// every unknown key is an InputError naming the file and the key path, exit code 2):
+//   { "format": "tedsim-profile", "version": 1,
+//     "provenance": {...}, "calibration": {...optional: arguments, complete},
+//     "gemm": [ {"m","n","k","batch","dtype","seconds": {"min","median","max"}} ...],
+//     "kernels": [ {"kind","dtype","bytes","seconds": {...}} ...],
+//     "collectives": [ {"op","dtype","ranks","nodes","max_ranks_per_node","groups_per_node",
+//                       "crosses_islands","bytes","seconds": {...},"busbw_gbs"} ...] }
+// Doubles are written with shortest round-trip precision, so save -> load is bit-exact.
+//
+// Lookups (MeasuredProfile):
+//  * GEMMs: an exact (m, n, k, batch, dtype) point answers with its median. Otherwise the efficiency
+//    (FLOP/s) of the nearest measured shapes (distance in log m, log n, log k, log batch; the 8
+//    nearest, weighted by 1/distance^4 in log efficiency) times the query's FLOPs. Queries outside
+//    the measured FLOP range (more than 2x beyond) are recorded as extrapolations.
+//  * Kernels: log-log interpolation in bytes between the two neighbouring points of the same kind
+//    and dtype; outside the measured range an alpha-beta fit (latency + bytes / bandwidth, least
+//    squares in relative error over all points of that kind) answers, recorded as extrapolation.
+//  * Collectives: the same for one (op, group shape). A group shape never measured borrows the
+//    nearest measured shape of the same op (same node count first, then closest rank count, then
+//    groups per node) and scales its time by bus_bandwidth_factor(op, n) / bus_bandwidth_factor(op,
+//    n_measured): i.e. it assumes the bus bandwidth (what a link carries) is what transfers between
+//    group sizes of the same placement, which is exactly what busbw was defined for.
+//  * A dtype never measured for a GEMM or kernel uses the other dtypes' points (recorded); an op or
+//    kind with no points at all falls back to the analytic profile of the fallback topology.
+// Every such departure from a measured point is recorded once per (what, from) and reported by
+// warnings(), with the count of lookups and the range of sizes asked.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/profile/profile.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
+namespace tedsim {
+
+struct Timing {
+  double min_s = 0, median_s = 0, max_s = 0;
+};
+
+// Where and how the numbers were measured.
+struct Provenance {
+  std::vector<std::string> hosts;    // distinct host names, rank order of first appearance
+  std::vector<std::string> devices;  // distinct device names (GPU model or CPU model)
+  std::string driver, cuda, cublas, nccl, mpi;  // versions; "" = not applicable
+  std::string cpu_model;
+  std::string date;             // ISO 8601, UTC
+  std::string tedsim_version;
+  std::string build_flags;
+  std::string backend;          // "cpu" or "cuda"
+  int ranks = 1;                // MPI world size of the calibration
+  int ranks_per_node = 1;       // most ranks on one host
+};
+
+struct GemmPoint {
+  GemmShape shape;
+  Timing seconds;
+};
+
+struct KernelPoint {
+  KernelKind kind = KernelKind::gating;
+  Dtype dtype = Dtype::fp32;
+  double bytes = 0;
+  Timing seconds;
+};
+
+struct CollectivePoint {
+  CollectiveOp op = CollectiveOp::all_reduce;
+  Dtype dtype = Dtype::fp32;
+  GroupSpan span;
+  double bytes = 0;
+  Timing seconds;
+  double busbw_gbs = 0;
+};
+
+struct ProfileData {
+  Provenance provenance;
+  std::vector<GemmPoint> gemms;
+  std::vector<KernelPoint> kernels;
+  std::vector<CollectivePoint> collectives;
+  // Calibration bookkeeping (arguments of the run, complete or partial); opaque to lookups.
+  // Stored as compact JSON text so this header does not need nlohmann.
+  std::string calibration_json;  // "" = none
+  bool complete = true;
+};
+
+// Text <-> data. `name` is the file name used in error messages.
+std::string profile_to_json(const ProfileData& data);
+ProfileData profile_from_json(const std::string& text, const std::string& name);
+void save_profile(const std::string& path, const ProfileData& data);  // atomic (write + rename)
+ProfileData load_profile_data(const std::string& path);               // InputError on bad input
+
+// Stable identities of points (what resume compares and what `profile diff` matches).
+std::string point_key(const GemmPoint& p);
+std::string point_key(const KernelPoint& p);
+std::string point_key(const CollectivePoint& p);
+std::string describe_span(const GroupSpan& s);  // "n=4 nodes=2 rpn=2 gpn=1"
+
+KernelKind parse_kernel_kind(const std::string& text);      // throws InputError
+CollectiveOp parse_collective_op(const std::string& text);  // throws InputError
+
+class MeasuredProfile final : public Profile {
+ public:
+  MeasuredProfile(ProfileData data, const TopologySpec& fallback_topology, std::string source = "");
+  double gemm_seconds(const GemmShape& shape) const override;
+  double kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const override;
+  double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override;
+  std::string describe() const override;
+
+  const ProfileData& data() const { return data_; }
+  // Deduplicated "what was extrapolated and from what", in first-seen order.
+  std::vector<std::string> warnings() const;
+
+ private:
+  struct Series {  // points of one kernel kind/dtype or one (op, shape), sorted by bytes
+    std::vector<double> bytes, seconds;
+    double alpha = 0, inv_bw = 0;  // alpha-beta fit
+  };
+  static void fit(Series& s);
+  static double eval(const Series& s, double bytes, int* where);  // where: -1 below, 0 in, 1 above
+  void note(const std::string& key, const std::string& text, double size) const;
+
+  double gemm_uncached(const GemmShape& shape) const;
+  double kernel_uncached(KernelKind kind, double bytes, Dtype dtype) const;
+  double collective_uncached(CollectiveOp op, const GroupSpan& span, double bytes) const;
+
+  ProfileData data_;
+  AnalyticProfile fallback_;
+  std::string source_;
+  std::map<std::tuple<int, int>, Series> kernels_;                       // (kind, dtype)
+  std::map<std::tuple<int, int, int, int, int, bool>, Series> collectives_;  // (op, ranks, nodes, rpn, gpn, islands)
+  std::map<int, std::vector<std::size_t>> gemms_by_dtype_;
+
+  struct Warning {
+    std::string text;
+    long long count = 0;
+    double min_size = 0, max_size = 0;
+  };
+  mutable std::mutex mutex_;
+  mutable std::vector<Warning> warnings_;
+  mutable std::unordered_map<std::string, std::size_t> warning_index_;
+  mutable std::unordered_map<std::string, double> cache_;
+};
+
+// For the CLI: a measured profile from `path` (JSON written by tedsim calibrate), falling back to
+// the analytic profile of `fallback_topology` for anything never measured.
+std::unique_ptr<Profile> load_profile(const std::string& path, const TopologySpec& fallback_topology);
+
+// Prints a MeasuredProfile's warnings (at most `max_lines`, then "... and N more"); nothing for
+// other profiles or when there are none.
+void print_profile_warnings(std::ostream& out, const Profile& profile, int max_lines = 10);
+
+}  // namespace tedsim

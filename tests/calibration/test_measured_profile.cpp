@@ -1,0 +1,278 @@
+// Measured profile: file format (round trip, strictness) and lookups (interpolation,
+// extrapolation with warnings, reproduction of an analytic profile sampled at a few points).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "tedsim/core/error.hpp"
+#include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/profile/collective_table.hpp"
+#include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/search/evaluator.hpp"
+#include "tedsim/spec/model_spec.hpp"
+#include "tedsim/spec/parallel_config.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
+namespace tedsim {
+namespace {
+
+TopologySpec local_cpu() { return load_topology(std::string(TEDSIM_SOURCE_DIR) + "/topologies/local-cpu.yaml"); }
+ModelSpec tiny_moe() { return load_model(std::string(TEDSIM_SOURCE_DIR) + "/models/tiny-moe.yaml"); }
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tedsim_calib_" + name; }
+
+Timing timing(double median) { return Timing{median * 0.9, median, median * 1.25}; }
+
+ProfileData sample_data() {
+  ProfileData d;
+  d.provenance.hosts = {"node-a", "node-b"};
+  d.provenance.devices = {"Test CPU"};
+  d.provenance.mpi = "Open MPI v4.1";
+  d.provenance.cpu_model = "Test CPU";
+  d.provenance.date = "2024-01-02T03:04:05Z";
+  d.provenance.tedsim_version = "0.1.0";
+  d.provenance.build_flags = "Release";
+  d.provenance.backend = "cpu";
+  d.provenance.ranks = 4;
+  d.provenance.ranks_per_node = 2;
+  d.gemms.push_back({GemmShape{64, 256, 128, 1, Dtype::fp32}, Timing{1.0 / 3.0 * 1e-5, 0.1 + 0.2, M_PI}});
+  d.kernels.push_back({KernelKind::layernorm, Dtype::fp32, 65536, Timing{1e-7 * M_E, 2e-7 * M_PI, 1e-6 / 7}});
+  d.kernels.back().seconds.max_s = 1.0;  // keep min <= median <= max
+  CollectivePoint c;
+  c.op = CollectiveOp::all_to_all;
+  c.span = GroupSpan{4, 2, 2, 1, false};
+  c.bytes = 1048576;
+  c.seconds = Timing{1.1e-4, 1.2345678901234567e-4, 9.87654321e-4};
+  c.busbw_gbs = 6.4321987654321;
+  d.collectives.push_back(c);
+  return d;
+}
+
+TEST(MeasuredProfileFile, RoundTripIsBitExactAndKeepsProvenance) {
+  const ProfileData d = sample_data();
+  const std::string path = temp_path("roundtrip.json");
+  save_profile(path, d);
+  const ProfileData r = load_profile_data(path);
+  EXPECT_EQ(r.provenance.hosts, d.provenance.hosts);
+  EXPECT_EQ(r.provenance.devices, d.provenance.devices);
+  EXPECT_EQ(r.provenance.mpi, d.provenance.mpi);
+  EXPECT_EQ(r.provenance.date, d.provenance.date);
+  EXPECT_EQ(r.provenance.ranks, 4);
+  EXPECT_EQ(r.provenance.ranks_per_node, 2);
+  ASSERT_EQ(r.gemms.size(), 1u);
+  EXPECT_EQ(r.gemms[0].shape.m, 64);
+  EXPECT_EQ(r.gemms[0].seconds.min_s, d.gemms[0].seconds.min_s);  // bit-exact
+  EXPECT_EQ(r.gemms[0].seconds.median_s, d.gemms[0].seconds.median_s);
+  EXPECT_EQ(r.gemms[0].seconds.max_s, d.gemms[0].seconds.max_s);
+  ASSERT_EQ(r.kernels.size(), 1u);
+  EXPECT_EQ(r.kernels[0].seconds.min_s, d.kernels[0].seconds.min_s);
+  EXPECT_EQ(r.kernels[0].seconds.median_s, d.kernels[0].seconds.median_s);
+  ASSERT_EQ(r.collectives.size(), 1u);
+  EXPECT_EQ(r.collectives[0].seconds.median_s, d.collectives[0].seconds.median_s);
+  EXPECT_EQ(r.collectives[0].busbw_gbs, d.collectives[0].busbw_gbs);
+  EXPECT_EQ(r.collectives[0].span.nodes, 2);
+  EXPECT_EQ(profile_to_json(r), profile_to_json(d));
+  std::remove(path.c_str());
+}
+
+void expect_rejected(const std::string& text, const std::string& must_contain) {
+  try {
+    profile_from_json(text, "bad.json");
+    FAIL() << "accepted: " << text;
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), ExitCode::bad_input);
+    EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(must_contain), std::string::npos) << e.what();
+  }
+}
+
+TEST(MeasuredProfileFile, UnknownKeysAreRejectedWithFileAndKey) {
+  std::string good = profile_to_json(sample_data());
+  EXPECT_NO_THROW(profile_from_json(good, "good.json"));
+  std::string bad = good;
+  bad.replace(bad.find("\"m\":"), 4, "\"mm\": 1, \"m\":");
+  expect_rejected(bad, "gemm[0].mm");
+  bad = good;
+  bad.replace(bad.find("\"provenance\":"), 13, "\"extra\": 1, \"provenance\":");
+  expect_rejected(bad, "'extra'");
+  bad = good;
+  bad.replace(bad.find("\"hosts\":"), 8, "\"hostz\": [], \"hosts\":");
+  expect_rejected(bad, "provenance.hostz");
+  bad = good;
+  bad.replace(bad.find("\"op\": \"all_to_all\""), 18, "\"op\": \"all_to_some\"");
+  expect_rejected(bad, "collectives[0].op");
+  expect_rejected("{ not json", "not valid JSON");
+}
+
+ProfileData alpha_beta_collectives(double alpha, double bw, const GroupSpan& span, CollectiveOp op) {
+  ProfileData d = sample_data();
+  d.collectives.clear();
+  for (double b = 1024; b <= 1048576; b *= 4) {
+    CollectivePoint c;
+    c.op = op;
+    c.span = span;
+    c.bytes = b;
+    c.seconds = timing(alpha + b / bw);
+    d.collectives.push_back(c);
+  }
+  return d;
+}
+
+TEST(MeasuredProfileLookup, BetweenTwoSizesIsLogLogInterpolated) {
+  ProfileData d = sample_data();
+  d.kernels = {{KernelKind::gating, Dtype::fp32, 1 << 20, timing(1e-4)}, {KernelKind::gating, Dtype::fp32, 4 << 20, timing(9e-4)}};
+  const MeasuredProfile p(d, local_cpu());
+  const double mid = p.kernel_seconds(KernelKind::gating, 2 << 20, Dtype::fp32);
+  EXPECT_GT(mid, 1e-4);
+  EXPECT_LT(mid, 9e-4);
+  EXPECT_NEAR(mid, 3e-4, 1e-12);  // halfway in log bytes: geometric mean of the times
+  EXPECT_EQ(p.kernel_seconds(KernelKind::gating, 1 << 20, Dtype::fp32), 1e-4);  // measured point
+  EXPECT_TRUE(p.warnings().empty());
+
+  const GroupSpan span{4, 1, 4, 1, false};
+  const MeasuredProfile c(alpha_beta_collectives(5e-6, 2e9, span, CollectiveOp::all_reduce), local_cpu());
+  const double lo = c.collective_seconds(CollectiveOp::all_reduce, span, 16384);
+  const double hi = c.collective_seconds(CollectiveOp::all_reduce, span, 65536);
+  const double between = c.collective_seconds(CollectiveOp::all_reduce, span, 32768);
+  EXPECT_GT(between, lo);
+  EXPECT_LT(between, hi);
+  EXPECT_NEAR(between, std::sqrt(lo * hi), 1e-15);
+  EXPECT_TRUE(c.warnings().empty());
+}
+
+TEST(MeasuredProfileLookup, BeyondTheRangeUsesAnAlphaBetaFitAndWarns) {
+  const GroupSpan span{4, 2, 2, 1, false};
+  const double alpha = 20e-6, bw = 1.5e9;
+  const MeasuredProfile p(alpha_beta_collectives(alpha, bw, span, CollectiveOp::all_to_all), local_cpu());
+  const double big = 256.0 * 1048576;
+  EXPECT_NEAR(p.collective_seconds(CollectiveOp::all_to_all, span, big), alpha + big / bw, 1e-3 * (alpha + big / bw));
+  EXPECT_NEAR(p.collective_seconds(CollectiveOp::all_to_all, span, 100), alpha + 100 / bw, 0.02 * alpha);
+  const auto w = p.warnings();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("above the measured"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("alpha-beta"), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("below the measured"), std::string::npos) << w[1];
+  // Asked again (and at other sizes beyond the range): still one line per kind of extrapolation.
+  p.collective_seconds(CollectiveOp::all_to_all, span, 2 * big);
+  p.collective_seconds(CollectiveOp::all_to_all, span, big);
+  EXPECT_EQ(p.warnings().size(), 2u);
+}
+
+TEST(MeasuredProfileLookup, UnmeasuredGroupShapeScalesByBusBandwidthFactor) {
+  const GroupSpan measured{2, 1, 2, 1, false}, asked{4, 1, 4, 1, false};
+  const MeasuredProfile p(alpha_beta_collectives(5e-6, 2e9, measured, CollectiveOp::all_reduce), local_cpu());
+  const double base = p.collective_seconds(CollectiveOp::all_reduce, measured, 65536);
+  const double scaled = p.collective_seconds(CollectiveOp::all_reduce, asked, 65536);
+  EXPECT_NEAR(scaled / base, bus_bandwidth_factor(CollectiveOp::all_reduce, 4) / bus_bandwidth_factor(CollectiveOp::all_reduce, 2), 1e-12);
+  ASSERT_EQ(p.warnings().size(), 1u);
+  EXPECT_NE(p.warnings()[0].find("never measured"), std::string::npos);
+  // An op never measured at all: the analytic fallback answers, and says so.
+  const AnalyticProfile analytic(local_cpu());
+  EXPECT_EQ(p.collective_seconds(CollectiveOp::all_gather, asked, 65536),
+            analytic.collective_seconds(CollectiveOp::all_gather, asked, 65536));
+  EXPECT_EQ(p.warnings().size(), 2u);
+}
+
+// Samples an analytic profile at a few points per axis, as a calibration would.
+ProfileData sample_analytic(const Profile& a) {
+  ProfileData d = sample_data();
+  d.gemms.clear();
+  d.kernels.clear();
+  d.collectives.clear();
+  // GEMMs on a factor-2 grid (what the calibration's shape buckets give), batches included.
+  for (std::int64_t batch : {1, 4, 16})
+    for (std::int64_t m = 4; m <= 4096; m *= 2)
+      for (std::int64_t n = 4; n <= 4096; n *= 2)
+        for (std::int64_t k = 4; k <= 4096; k *= 2) {
+          const GemmShape s{m, n, k, batch, Dtype::fp32};
+          d.gemms.push_back({s, timing(a.gemm_seconds(s))});
+        }
+  for (int kind = 0; kind < int(KernelKind::count); ++kind)
+    for (double b = 4096; b <= 1 << 28; b *= 4)
+      d.kernels.push_back({KernelKind(kind), Dtype::fp32, b, timing(a.kernel_seconds(KernelKind(kind), b, Dtype::fp32))});
+  const GroupSpan spans[] = {{2, 1, 2, 1, false}, {4, 2, 2, 1, false}};
+  for (const GroupSpan& s : spans)
+    for (int op = 0; op < int(CollectiveOp::count); ++op)
+      for (double b = 1024; b <= 1 << 26; b *= 2) {  // the calibration default step factor
+        CollectivePoint c;
+        c.op = CollectiveOp(op);
+        c.span = s;
+        c.bytes = b;
+        c.seconds = timing(a.collective_seconds(CollectiveOp(op), s, b));
+        d.collectives.push_back(c);
+      }
+  return d;
+}
+
+TEST(MeasuredProfileLookup, ReproducesAnAnalyticProfileAtUnsampledSizes) {
+  const TopologySpec topo = local_cpu();
+  const AnalyticProfile a(topo);
+  const MeasuredProfile p(sample_analytic(a), topo);
+  for (int kind = 0; kind < int(KernelKind::count); ++kind)
+    for (double b = 5000; b < 2e8; b *= 3.3) {
+      const double want = a.kernel_seconds(KernelKind(kind), b, Dtype::fp32);
+      EXPECT_NEAR(p.kernel_seconds(KernelKind(kind), b, Dtype::fp32), want, 0.03 * want) << to_string(KernelKind(kind)) << " " << b;
+    }
+  const GroupSpan spans[] = {{2, 1, 2, 1, false}, {4, 2, 2, 1, false}};
+  for (const GroupSpan& s : spans)
+    for (int op = 0; op < int(CollectiveOp::count); ++op)
+      for (double b = 1500; b < 6e7; b *= 3.3) {
+        const double want = a.collective_seconds(CollectiveOp(op), s, b);
+        EXPECT_NEAR(p.collective_seconds(CollectiveOp(op), s, b), want, 0.03 * want) << to_string(CollectiveOp(op)) << " " << b;
+      }
+  for (std::int64_t m : {24, 100, 500, 2000})
+    for (std::int64_t n : {100, 700, 3000})
+      for (std::int64_t k : {80, 600, 2500}) {
+        const GemmShape s{m, n, k, 1, Dtype::fp32};
+        const double want = a.gemm_seconds(s);
+        EXPECT_NEAR(p.gemm_seconds(s), want, 0.06 * want) /* kinks of the efficiency curves */ << m << "x" << n << "x" << k;
+      }
+  EXPECT_TRUE(p.warnings().empty()) << p.warnings().front();
+}
+
+TEST(MeasuredProfileLookup, EvaluatorOnSampledAnalyticMatchesAnalytic) {
+  const TopologySpec topo = local_cpu();
+  const ModelSpec model = tiny_moe();
+  const AnalyticProfile a(topo);
+  const MeasuredProfile p(sample_analytic(a), topo);
+  ParallelConfig c;
+  c.gpus = 4;
+  c.tp = 2;
+  c.ep = 2;
+  c.global_batch = 16;
+  c.micro_batch = 2;
+  validate_config(c, model);
+  const double want = Evaluator(model, topo, a).evaluate(c).sim.iteration_s;
+  const double got = Evaluator(model, topo, p).evaluate(c).sim.iteration_s;
+  EXPECT_NEAR(got, want, 0.05 * want);
+}
+
+// Runs on the profile the calibrate_quick_np2 test wrote (ctest sets TEDSIM_TEST_PROFILE).
+TEST(CalibratedProfile, LoadsAndEvaluatesTinyMoe) {
+  const char* path = std::getenv("TEDSIM_TEST_PROFILE");
+  if (!path) GTEST_SKIP() << "TEDSIM_TEST_PROFILE not set (run through ctest)";
+  const TopologySpec topo = local_cpu();
+  const ModelSpec model = tiny_moe();
+  const std::unique_ptr<Profile> profile = load_profile(path, topo);
+  EXPECT_NE(profile->describe().find("measured"), std::string::npos);
+  for (int tp : {1, 2}) {
+    ParallelConfig c;
+    c.gpus = 2;
+    c.tp = tp;
+    c.ep = 2 / tp;
+    c.global_batch = 16;
+    c.micro_batch = 1;
+    validate_config(c, model);
+    const Prediction pr = Evaluator(model, topo, *profile).evaluate(c);
+    EXPECT_GT(pr.sim.iteration_s, 0);
+    EXPECT_TRUE(std::isfinite(pr.sim.iteration_s));
+    std::cout << c.describe() << ": " << pr.sim.iteration_s * 1e3 << " ms per iteration\n";
+  }
+  print_profile_warnings(std::cout, *profile);
+}
+
+}  // namespace
+}  // namespace tedsim
