@@ -34,11 +34,11 @@ grep -c "gpu" "$OUT/ctest.log" | sed 's/^/lines mentioning gpu tests: /' || true
 
 section "quick CUDA calibration, 1 rank"
 cal_rc=0
-timeout 150 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim_calib_cli" calibrate --backend cuda --quick \
+timeout 150 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" calibrate --backend cuda --quick \
   --model ted-1.3b --topology h200 --out "$OUT/profile-cuda-quick.json" > "$OUT/calibrate.log" 2>&1 || cal_rc=$?
 tail -25 "$OUT/calibrate.log"
 if [ -s "$OUT/profile-cuda-quick.json" ]; then
-  "$BUILD/tedsim_calib_cli" profile show "$OUT/profile-cuda-quick.json" > "$OUT/profile-show.txt" 2>&1 || true
+  "$BUILD/tedsim" profile show "$OUT/profile-cuda-quick.json" > "$OUT/profile-show.txt" 2>&1 || true
   head -14 "$OUT/profile-show.txt"
 fi
 

@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/core/atomic_file.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/report/prediction_json.hpp"
@@ -51,6 +52,7 @@ int run_search_command(const SearchOptions& o) {
   });
   const TextTable table = ranking_table(r);
   table.print(out);
+  print_profile_warnings(out, *in.profile);
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
   if (r.feasible == 0)

@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "tedsim/profile/measured_profile.hpp"
 #include "prediction_tables.hpp"
 #include "tedsim/report/prediction_json.hpp"
 #include "tedsim/sim/trace.hpp"
@@ -41,6 +42,7 @@ int run_simulate(const SimulateOptions& o) {
   TraceRecorder trace;
   const Prediction p = evaluator.evaluate(c, o.trace.empty() ? nullptr : &trace);
   print_prediction(out, p);
+  print_profile_warnings(out, *in.profile);
   if (!o.trace.empty()) {
     trace.write_chrome_trace(o.trace, in.model.name + " " + c.describe());
     out << "trace: " << o.trace << " (" << trace.events().size() << " events; open in ui.perfetto.dev or chrome://tracing)\n";

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "inputs.hpp"
+#include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/comm/communicator.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/core/yaml_reader.hpp"
@@ -23,12 +24,6 @@
 
 namespace tedsim::cli {
 
-std::unique_ptr<Profile> load_validation_profile(const std::string& path, const TopologySpec& topology) {
-  if (path.empty()) return std::make_unique<AnalyticProfile>(topology);
-  throw InputError("--profile " + path +
-                   ": measured profiles are not supported by this build yet (load_validation_profile in "
-                   "src/cli/cmd_validate.cpp is the hook)");
-}
 
 namespace {
 
@@ -40,7 +35,6 @@ struct ValidateOptions {
   std::string layout = "ted";
   std::string backend = "cpu";
   int warmup = 2, iters = 10;
-  std::string profile;
   std::uint64_t seed = 1234;
   std::string data;
   float lr = 1e-3f;
@@ -130,7 +124,6 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                      std::to_string(world_size) + " ranks (launch with mpirun -np " + std::to_string(o.in.gpus) + ")");
   runtime::require_step_backend(backend);
   Inputs in = load_inputs(o.in);
-  in.profile = load_validation_profile(o.profile, in.topology);
   ParallelConfig c;
   c.gpus = o.in.gpus;
   c.global_batch = o.in.global_batch;
@@ -181,6 +174,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     table.add_row({"memory MiB (tensors)", fixed(pred.memory.peak / 1048576.0, 2), fixed(run.tensor_peak_bytes / 1048576.0, 2),
                    rel_error(pred.memory.peak, run.tensor_peak_bytes)});
     table.print(out);
+    print_profile_warnings(out, *in.profile);
     out << "iteration spread: min " << ms(run.iteration.min) << " ms, p10 " << ms(run.iteration.p10) << " ms, median "
         << ms(run.iteration.median) << " ms, p90 " << ms(run.iteration.p90) << " ms, max " << ms(run.iteration.max)
         << " ms\n";
@@ -260,7 +254,6 @@ void register_validate(CLI::App& app, Action& action) {
   cmd->add_option("--backend", o->backend, "cpu (fp32, Eigen, MPI) or cuda")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "warm-up iterations (not timed)")->capture_default_str();
   cmd->add_option("--iters", o->iters, "measured iterations")->capture_default_str();
-  cmd->add_option("--profile", o->profile, "measured profile (tedsim calibrate); default: analytic from the topology");
   cmd->add_option("--seed", o->seed, "seed of the parameters and the synthetic data")->capture_default_str();
   cmd->add_option("--data", o->data, "token file (int32 .bin or whitespace-separated ids); default: synthetic");
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();

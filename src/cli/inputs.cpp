@@ -5,6 +5,7 @@
 #include "tedsim/core/error.hpp"
 #include "tedsim/core/units.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/report/text_table.hpp"
 #include "tedsim/spec/data_files.hpp"
 
@@ -18,6 +19,7 @@ void add_input_options(CLI::App& app, InputOptions& o) {
   app.add_option("--gpus", o.gpus, "devices in the cluster (need not fill whole nodes)")->capture_default_str();
   app.add_option("--global-batch", o.global_batch, "sequences per iteration")->capture_default_str();
   app.add_option("--seq", o.seq_len, "sequence length (default: the model's)");
+  app.add_option("--profile", o.profile, "measured profile (JSON written by tedsim calibrate); default: analytic");
   app.add_option("--json", o.json, "write JSON to FILE, or - for stdout (tables then go to stderr)");
 }
 
@@ -37,8 +39,7 @@ Inputs load_inputs(const InputOptions& o) {
   if (in.topology.device.peak_tflops_of(in.model.dtype) <= 0)
     throw InputError(in.topology_file + ": device " + in.topology.device.name + " has no " + to_string(in.model.dtype) +
                      " peak, which model '" + in.model.name + "' trains in (use --dtype with one of the device's dtypes)");
-  if (!o.profile.empty()) throw InputError("--profile: measured profiles are not supported by this build yet");
-  in.profile = std::make_unique<AnalyticProfile>(in.topology);
+  in.profile = o.profile.empty() ? std::make_unique<AnalyticProfile>(in.topology) : load_profile(o.profile, in.topology);
   return in;
 }
 

@@ -4,6 +4,9 @@
 #include <iostream>
 
 #include "commands.hpp"
+#if TEDSIM_CALIBRATION_AVAILABLE
+#include "calibration_commands.hpp"
+#endif
 #if TEDSIM_RUNTIME_AVAILABLE
 #include "validate_command.hpp"
 #endif
@@ -18,6 +21,10 @@ int main(int argc, char** argv) {
   cli::Action action;
   cli::register_simulate(app, action);
   cli::register_search(app, action);
+#if TEDSIM_CALIBRATION_AVAILABLE
+  cli::register_calibrate(app, action);
+  cli::register_profile(app, action);
+#endif
 #if TEDSIM_RUNTIME_AVAILABLE
   cli::register_validate(app, action);
 #endif

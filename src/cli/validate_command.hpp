@@ -15,15 +15,9 @@
 #include <string>
 
 #include "commands.hpp"
-#include "tedsim/profile/profile.hpp"
-#include "tedsim/spec/topology_spec.hpp"
 
 namespace tedsim::cli {
 
 void register_validate(CLI::App& app, Action& action);
-
-// Hook: the profile `validate` predicts with. An empty path gives the analytic profile of the
-// topology; a measured profile (from `tedsim calibrate`) is loaded here once its loader exists.
-std::unique_ptr<Profile> load_validation_profile(const std::string& path, const TopologySpec& topology);
 
 }  // namespace tedsim::cli

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `tedsim simulate --profile` and `tedsim search --profile` on a profile calibrated by the quick
+# test: both run, say which profile they used, and produce a prediction that differs from the
+# analytic one (the measured timings are really used).
+set -euo pipefail
+tedsim=$1; profile=$2
+measured=$("$tedsim" simulate --model tiny-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 \
+  --profile "$profile" --json - 2>/dev/null)
+analytic=$("$tedsim" simulate --model tiny-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --json - 2>/dev/null)
+python3 - "$measured" "$analytic" <<'PY'
+import json, sys
+m, a = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert "measured" in m["profile"], m["profile"]
+assert m["iteration_time_s"] > 0
+assert abs(m["iteration_time_s"] - a["iteration_time_s"]) > 1e-9, "measured profile gave the analytic answer"
+print("measured", m["iteration_time_s"], "analytic", a["iteration_time_s"])
+PY
+"$tedsim" search --model tiny-moe --topology local-cpu --gpus 2 --global-batch 8 --top 3 --profile "$profile" | tail -4
