@@ -1,75 +1,130 @@
 #!/usr/bin/env bash
-# Validates every CPU configuration of configs/validation-cpu/ with its own rank count under mpirun
-# and writes reports/validation-cpu.md (config, predicted, measured and error per phase).
+# The CPU validation matrix: calibrates this machine with each rank count the configurations use
+# (`tedsim calibrate --backend cpu`, same model, same rank count), validates every configuration
+# with its own rank count under mpirun against the profile of that rank count, and writes
+# reports/validation-cpu.md (config, predicted, measured and error per phase, memory).
 #
-# usage: scripts/validate-cpu-matrix.sh [PROFILE] [--tedsim PATH] [--iters N] [--warmup N] [--out FILE]
-#   PROFILE   profile file from `tedsim calibrate --backend cpu` (default: none, i.e. the analytic
-#             profile of each config's topology)
+# usage: scripts/validate-cpu-matrix.sh [--configs DIR] [--profile FILE] [--quick-calibration]
+#                                       [--tedsim PATH] [--iters N] [--warmup N] [--out FILE]
+#   --configs DIR   validation configs (default configs/validation-cpu)
+#   --profile FILE  use this profile for every configuration instead of calibrating
+#   --quick-calibration   calibrate with --quick (seconds instead of about a minute per rank count)
+# Run it on an otherwise idle machine: the measurement is of this machine, not of a shared one.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+configs="$root/configs/validation-cpu"
 profile=""
-tedsim="${TEDSIM:-$root/build-cpu/tedsim}"
+quick=()
+tedsim="${TEDSIM:-$root/build/tedsim}"
 iters=10
 warmup=3
 out="$root/reports/validation-cpu.md"
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --configs) configs="$2"; shift 2 ;;
+    --profile) profile="$2"; shift 2 ;;
+    --quick-calibration) quick=(--quick); shift ;;
     --tedsim) tedsim="$2"; shift 2 ;;
     --iters) iters="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n 2,8p "$0"; exit 0 ;;
-    -*) echo "validate-cpu-matrix: unknown option $1" >&2; exit 2 ;;
-    *) profile="$1"; shift ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    *) echo "validate-cpu-matrix: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ -x "$tedsim" ]] || { echo "validate-cpu-matrix: no tedsim binary at $tedsim (build it or pass --tedsim)" >&2; exit 2; }
+[[ -d "$configs" ]] || { echo "validate-cpu-matrix: no config directory $configs" >&2; exit 2; }
 if [[ -n "$profile" && ! -f "$profile" ]]; then echo "validate-cpu-matrix: no profile file $profile" >&2; exit 2; fi
 command -v python3 >/dev/null || { echo "validate-cpu-matrix: python3 is needed to tabulate the JSON" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpirun=(mpirun --oversubscribe --mca btl self,vader)
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-profile_args=()
-[[ -n "$profile" ]] && profile_args=(--profile "$profile")
+key() { awk -v k="$1:" '$1 == k {print $2}' "$2"; }
+
+# One calibration per (model, topology, rank count), reused by every config that shares it.
+declare -A profiles
+calibration_log="$tmp/calibrations.txt"
+: > "$calibration_log"
+for cfg in "$configs"/*.yaml; do
+  np="$(key gpus "$cfg")"; model="$(key model "$cfg")"; topo="$(key topology "$cfg")"
+  id="$model-$topo-np$np"
+  [[ -n "$profile" || -n "${profiles[$id]:-}" ]] && continue
+  file="$tmp/profile-$id.json"
+  echo "== calibrate $id" >&2
+  start=$(date +%s%N)
+  "${mpirun[@]}" -np "$np" "$tedsim" calibrate --backend cpu "${quick[@]}" --model "$model" --topology "$topo" \
+      --gpus "$np" --out "$file" > "$tmp/calibrate-$id.log" 2>&1 || { tail -5 "$tmp/calibrate-$id.log" >&2; exit 1; }
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  printf '%s|mpirun -np %s tedsim calibrate --backend cpu %s--model %s --topology %s --gpus %s --out profile.json|%d.%03d\n' \
+      "$id" "$np" "${quick[*]:+${quick[*]} }" "$model" "$topo" "$np" $((ms / 1000)) $((ms % 1000)) >> "$calibration_log"
+  profiles[$id]="$file"
+done
+
 status=0
-for cfg in "$root"/configs/validation-cpu/*.yaml; do
+mkdir -p "$tmp/results"
+for cfg in "$configs"/*.yaml; do
   name="$(basename "$cfg" .yaml)"
-  np="$(awk '/^gpus:/ {print $2}' "$cfg")"
-  echo "== $name ($np ranks)" >&2
-  if ! mpirun -np "$np" --oversubscribe --mca btl self,vader "$tedsim" validate --config "$cfg" \
-       --iters "$iters" --warmup "$warmup" --json "$tmp/$name.json" "${profile_args[@]}" > "$tmp/$name.log" 2>&1; then
+  np="$(key gpus "$cfg")"
+  use="${profile:-${profiles[$(key model "$cfg")-$(key topology "$cfg")-np$np]}}"
+  echo "== validate $name ($np ranks)" >&2
+  if ! "${mpirun[@]}" -np "$np" "$tedsim" validate --config "$cfg" --iters "$iters" --warmup "$warmup" \
+       --profile "$use" --json "$tmp/results/$name.json" > "$tmp/$name.log" 2>&1; then
     echo "validate-cpu-matrix: $name failed:" >&2
     tail -5 "$tmp/$name.log" >&2
     status=1
   fi
 done
 mkdir -p "$(dirname "$out")"
-python3 - "$tmp" "$out" "$profile" "$iters" "$warmup" "$0 $*" <<'PY'
+python3 - "$tmp" "$out" "$profile" "$iters" "$warmup" "$configs" "$root" <<'PY'
 import glob, json, os, sys, datetime, platform
-tmp, out, profile, iters, warmup, cmd = sys.argv[1:7]
+tmp, out, profile, iters, warmup, configs, root = sys.argv[1:8]
 phases = ["compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync", "optimizer", "other"]
+tolerance = 0.15
 def ms(x): return f"{1e3 * x:.2f}"
 def err(p, m):
     if m < 1e-7 and p < 1e-7: return "-"
     return "n/a" if m <= 0 else f"{100 * (p - m) / m:+.0f}%"
+rel = os.path.relpath(configs, root)
 lines = ["# CPU validation: predicted vs measured", "",
-         f"Made by `scripts/validate-cpu-matrix.sh {profile}` on {platform.node()} "
-         f"({datetime.date.today()}), {warmup} warm-up + {iters} measured iterations per config; "
-         f"profile: {profile or 'analytic (topology)'}.",
-         "Times in ms: predicted / measured (error = (predicted - measured) / measured). "
-         "Measured iteration = median of the slowest rank; phases = mean over ranks, median over iterations.", ""]
-head = "| config | ranks | iteration | " + " | ".join(phases) + " | memory MiB |"
-lines += [head, "|" + "---|" * (len(phases) + 4)]
-for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
+         f"Made by `scripts/validate-cpu-matrix.sh --configs {rel}" + (f" --profile {profile}" if profile else "") +
+         f"` on {platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), "
+         f"{datetime.date.today()}; {warmup} warm-up + {iters} measured iterations per configuration.", ""]
+calibrations = [l.split("|") for l in open(os.path.join(tmp, "calibrations.txt")).read().splitlines() if l]
+if calibrations:
+    lines += ["Profiles: one calibration per rank count, on this machine, right before the validations:", "",
+              "| profile | command | seconds |", "|---|---|---|"]
+    lines += [f"| {i} | `{c}` | {t} |" for i, c, t in calibrations]
+    lines.append("")
+lines += ["Times in ms: predicted / measured (error = (predicted - measured) / measured). Measured iteration = "
+          "median over iterations of the slowest rank; phases = mean over ranks, median over iterations.", ""]
+head = "| config | ranks | iteration | within 15% | " + " | ".join(phases) + " | memory MiB |"
+lines += [head, "|" + "---|" * (len(phases) + 5)]
+largest = []
+worst = 0.0
+for path in sorted(glob.glob(os.path.join(tmp, "results", "*.json"))):
     d = json.load(open(path))
+    name = os.path.basename(path)[:-5]
     p, m = d["predicted"], d["measured"]
-    cells = [os.path.basename(path)[:-5], str(d["ranks"]),
-             f"{ms(p['iteration_time_s'])} / {ms(m['iteration_time_s'])} ({err(p['iteration_time_s'], m['iteration_time_s'])})"]
+    pi, mi = p["iteration_time_s"], m["iteration_time_s"]
+    e = abs(pi - mi) / mi
+    worst = max(worst, e)
+    cells = [name, str(d["ranks"]), f"{ms(pi)} / {ms(mi)} ({err(pi, mi)})", "yes" if e <= tolerance else "**no**"]
+    diffs = []
     for ph in phases:
         a, b = p["breakdown_s"][ph], m["breakdown_s"][ph]
         cells.append(f"{ms(a)} / {ms(b)} ({err(a, b)})")
+        diffs.append((abs(a - b), ph, a, b))
     cells.append(f"{p['memory_peak_bytes'] / 2**20:.1f} / {m['memory_peak_bytes'] / 2**20:.1f}")
     lines.append("| " + " | ".join(cells) + " |")
+    diff, ph, a, b = max(diffs)
+    largest.append(f"- {name}: {ph}, {ms(a)} predicted vs {ms(b)} measured ms ({err(a, b)}; "
+                   f"{100 * diff / mi:.1f}% of the iteration)")
+lines += ["", f"Largest iteration error: {100 * worst:.1f}%.", "",
+          "## Largest phase error of each configuration (in ms, as a share of the measured iteration)", ""] + largest
+notes = os.path.join(root, "reports", "validation-cpu-notes.md")
+if os.path.exists(notes):
+    lines += ["", open(notes).read().rstrip()]
 open(out, "w").write("\n".join(lines) + "\n")
 print(f"wrote {out}")
 PY
