@@ -88,7 +88,7 @@ def err(p, m):
 rel = os.path.relpath(configs, root)
 lines = ["# CPU validation: predicted vs measured", "",
          f"Made by `scripts/validate-cpu-matrix.sh --configs {rel}" + (f" --profile {profile}" if profile else "") +
-         f"` on {platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), "
+         f" --iters {iters} --warmup {warmup}` on {platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), "
          f"{datetime.date.today()}; {warmup} warm-up + {iters} measured iterations per configuration.", ""]
 calibrations = [l.split("|") for l in open(os.path.join(tmp, "calibrations.txt")).read().splitlines() if l]
 if calibrations:
