@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 
 #include "tedsim/core/error.hpp"
@@ -248,30 +247,6 @@ TEST(MeasuredProfileLookup, EvaluatorOnSampledAnalyticMatchesAnalytic) {
   const double want = Evaluator(model, topo, a).evaluate(c).sim.iteration_s;
   const double got = Evaluator(model, topo, p).evaluate(c).sim.iteration_s;
   EXPECT_NEAR(got, want, 0.05 * want);
-}
-
-// Runs on the profile the calibrate_quick_np2 test wrote (ctest sets TEDSIM_TEST_PROFILE).
-TEST(CalibratedProfile, LoadsAndEvaluatesTinyMoe) {
-  const char* path = std::getenv("TEDSIM_TEST_PROFILE");
-  if (!path) GTEST_SKIP() << "TEDSIM_TEST_PROFILE not set (run through ctest)";
-  const TopologySpec topo = local_cpu();
-  const ModelSpec model = tiny_moe();
-  const std::unique_ptr<Profile> profile = load_profile(path, topo);
-  EXPECT_NE(profile->describe().find("measured"), std::string::npos);
-  for (int tp : {1, 2}) {
-    ParallelConfig c;
-    c.gpus = 2;
-    c.tp = tp;
-    c.ep = 2 / tp;
-    c.global_batch = 16;
-    c.micro_batch = 1;
-    validate_config(c, model);
-    const Prediction pr = Evaluator(model, topo, *profile).evaluate(c);
-    EXPECT_GT(pr.sim.iteration_s, 0);
-    EXPECT_TRUE(std::isfinite(pr.sim.iteration_s));
-    std::cout << c.describe() << ": " << pr.sim.iteration_s * 1e3 << " ms per iteration\n";
-  }
-  print_profile_warnings(std::cout, *profile);
 }
 
 }  // namespace
