@@ -454,6 +454,12 @@ void pass1_avx2_group(const float* logits, int tokens, GatingOutput& out, double
 // turns the probabilities back into rows, stored as 128-bit halves, and the row-form quads are
 // what the per-expert block sums accumulate (one add per 4 tokens per quad).
 
+// Groups of 8 tokens per software-pipelined block of the transposed kernel (scratch: E + 4 ymm per group).
+constexpr int kGatingBlockGroups = 4;
+
+// Row store of the transposed kernel's probabilities.
+inline void store_row(float* p, __m256 v) { _mm256_storeu_ps(p, v); }  // _mm256_stream_ps measured no faster
+
 // In-lane 4x4 transpose: lane half h of a[i] <- element i of lane half h of a[0..3].
 inline void transpose4_lanes(__m256& a0, __m256& a1, __m256& a2, __m256& a3) {
   const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
@@ -572,164 +578,174 @@ void pass1_avx2_transposed(const float* logits, int tokens, GatingOutput& out, d
   };
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
 
-  // U independent groups of 8 tokens (8*U tokens from t0), each phase done for all U before the
-  // next. A group is a long dependency chain (transpose -> max -> exp -> sum -> divide ->
-  // normalize -> transpose -> store); U = 2 was meant to overlap two chains, but measured no faster
-  // than U = 1 on Zen 3 (more spills), so the main loop runs U = 1. Kept for experiments.
-  auto run = [&](auto u_tag, int t0) {
-    constexpr int U = decltype(u_tag)::value;
-    __m256 X[U][E];
-#pragma GCC unroll 64
-    for (int u = 0; u < U; ++u) {
-      const float* x = logits + static_cast<std::size_t>(t0 + G * u) * E;
+  // Software-pipelined in blocks of NB groups of 8 tokens, two stages over L1-resident scratch:
+  // - stage A (per group): load + transpose, top-k, NaN check, exp(x - max), sum, one divide; the
+  //   exponentials (still transposed), 1/sum and the choices go to scratch. Nothing in stage A
+  //   depends on an earlier group, so the out-of-order core overlaps the groups' long chains
+  //   (transpose -> max -> exp -> sum -> divide) instead of stalling on one.
+  // - stage B (per group, token order): first choices' positions, normalize, transpose back to
+  //   rows, store probs, per-expert sums, weights and experts. Short chains from L1 loads.
+  // Measured at E = 16 (best of 300, 2.45 GHz Zen 3 VM, loaded): k = 2 ~960 -> ~880 us (8 -> 4
+  // groups per block ~equal; 1 group per block is slower), k = 1 unchanged (~640 us): k = 1 is
+  // pipe-bound, not latency-bound (without exp it drops to ~385 us; the FP0/FP1 work of exp_neg256
+  // dominates). Tried without gain: streaming probs stores; an integer-min argmax for k = 1
+  // (compare | index, vpminud tree) in place of lowest_set's blends (~12% slower).
+  constexpr int NB = kGatingBlockGroups;
+  constexpr int KS = K > 0 ? K : kMaxTopK;
+  struct alignas(32) Scratch {
+    __m256 X[NB][E];
+    __m256 inv[NB];
+    __m256 M[NB][KS], idx[NB][KS];
+    bool bad[NB];
+  };
+  Scratch s;
+
+  auto stage_a = [&](int u, int t0) {
+    __m256 X[E];
+    {
+      const float* x = logits + static_cast<std::size_t>(t0) * E;
+#pragma GCC unroll 16
       for (int q = 0; q < NQ; ++q) {
         for (int i = 0; i < 4; ++i) {
-          X[u][4 * q + i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(x + i * E + 4 * q)),
-                                                 _mm_loadu_ps(x + (i + 4) * E + 4 * q), 1);
+          X[4 * q + i] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(x + i * E + 4 * q)),
+                                              _mm_loadu_ps(x + (i + 4) * E + 4 * q), 1);
         }
-        transpose4_lanes(X[u][4 * q], X[u][4 * q + 1], X[u][4 * q + 2], X[u][4 * q + 3]);
+        transpose4_lanes(X[4 * q], X[4 * q + 1], X[4 * q + 2], X[4 * q + 3]);
       }
     }
-    // Top-k, choice j in M[u][j] (value) and idx[u][j] (expert, as a float), ties to the lowest index.
+    // Top-k, choice j in M[j] (value) and idx[j] (expert, as a float), ties to the lowest index.
     // k = 1: max tree, then the lowest expert equal to it. k = 2: tournament tree. k > 2: choice j is
     // the max over the experts not yet chosen, then the lowest such expert equal to it.
-    __m256 M[U][K > 0 ? K : kMaxTopK], idx[U][K > 0 ? K : kMaxTopK];
+    __m256* M = s.M[u];
+    __m256* idx = s.idx[u];
     if constexpr (K == 1) {
-#pragma GCC unroll 4
-      for (int u = 0; u < U; ++u) {
-        M[u][0] = vmax_tree<E>(X[u]);
-        idx[u][0] = lowest_set<E>([&](int e) { return _mm256_cmp_ps(X[u][e], M[u][0], _CMP_EQ_OQ); });
-      }
+      M[0] = vmax_tree<E>(X);
+      idx[0] = lowest_set<E>([&](int e) { return _mm256_cmp_ps(X[e], M[0], _CMP_EQ_OQ); });
     } else if constexpr (K == 2) {
-#pragma GCC unroll 4
-      for (int u = 0; u < U; ++u) {
-        const Top2 t2 = top2_tree<E>(X[u], 0);
-        M[u][0] = t2.m1;
-        M[u][1] = t2.m2;
-        idx[u][0] = t2.i1;
-        idx[u][1] = t2.i2;
-      }
+      const Top2 t2 = top2_tree<E>(X, 0);
+      M[0] = t2.m1;
+      M[1] = t2.m2;
+      idx[0] = t2.i1;
+      idx[1] = t2.i2;
     } else {
-      for (int u = 0; u < U; ++u) {
-        M[u][0] = vmax_tree<E>(X[u]);
-        idx[u][0] = lowest_set<E>([&](int e) { return _mm256_cmp_ps(X[u][e], M[u][0], _CMP_EQ_OQ); });
-        for (int j = 1; j < k; ++j) {
-          auto taken = [&](int e) {
-            const __m256 ev = _mm256_set1_ps(static_cast<float>(e));
-            __m256 hit = _mm256_cmp_ps(idx[u][0], ev, _CMP_EQ_OQ);
-            for (int q = 1; q < j; ++q) hit = _mm256_or_ps(hit, _mm256_cmp_ps(idx[u][q], ev, _CMP_EQ_OQ));
-            return hit;
-          };
-          __m256 Y[E];
-          for (int e = 0; e < E; ++e) Y[e] = _mm256_blendv_ps(X[u][e], neg_inf, taken(e));
-          M[u][j] = vmax_tree<E>(Y);
-          idx[u][j] = lowest_set<E>(
-              [&](int e) { return _mm256_andnot_ps(taken(e), _mm256_cmp_ps(Y[e], M[u][j], _CMP_EQ_OQ)); });
-        }
+      M[0] = vmax_tree<E>(X);
+      idx[0] = lowest_set<E>([&](int e) { return _mm256_cmp_ps(X[e], M[0], _CMP_EQ_OQ); });
+      for (int j = 1; j < k; ++j) {
+        auto taken = [&](int e) {
+          const __m256 ev = _mm256_set1_ps(static_cast<float>(e));
+          __m256 hit = _mm256_cmp_ps(idx[0], ev, _CMP_EQ_OQ);
+          for (int q = 1; q < j; ++q) hit = _mm256_or_ps(hit, _mm256_cmp_ps(idx[q], ev, _CMP_EQ_OQ));
+          return hit;
+        };
+        __m256 Y[E];
+        for (int e = 0; e < E; ++e) Y[e] = _mm256_blendv_ps(X[e], neg_inf, taken(e));
+        M[j] = vmax_tree<E>(Y);
+        idx[j] = lowest_set<E>(
+            [&](int e) { return _mm256_andnot_ps(taken(e), _mm256_cmp_ps(Y[e], M[j], _CMP_EQ_OQ)); });
       }
     }
     // NaN logits (caught as a NaN sum of the raw logits, which also catches rows holding both +inf
-    // and -inf) send the tokens the scalar route, before any position is assigned: the top-k
-    // above may not have found a valid expert for them.
-    __m256 bad = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) {
-      const __m256 raw = vsum_tree<E>(X[u]);
-      bad = _mm256_or_ps(bad, _mm256_cmp_ps(raw, raw, _CMP_UNORD_Q));
+    // and -inf) send the group's tokens the scalar route in stage B, before any of their positions
+    // are assigned: the top-k above may not have found a valid expert for them.
+    const __m256 raw = vsum_tree<E>(X);
+    s.bad[u] = _mm256_movemask_ps(_mm256_cmp_ps(raw, raw, _CMP_UNORD_Q)) != 0;
+    // exp(x - max), sum, one divide per group.
+#pragma GCC unroll 64
+    for (int e = 0; e < E; ++e) {
+      X[e] = exp_neg256(_mm256_sub_ps(M[0], X[e]));
+      s.X[u][e] = X[e];
     }
-    if (_mm256_movemask_ps(bad) != 0) {
-      for (int g = 0; g < G * U; ++g) scalar_token(static_cast<std::size_t>(t0) + g);
+    s.inv[u] = _mm256_div_ps(_mm256_set1_ps(1.0f), vsum_tree<E>(X));
+  };
+
+  auto stage_b = [&](int u, int t0) {
+    if (s.bad[u]) {
+      for (int g = 0; g < G; ++g) scalar_token(static_cast<std::size_t>(t0) + g);
       return;
     }
-    // exp(x - max), sum, one divide per group.
-    __m256 inv[U];
-#pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 64
-      for (int e = 0; e < E; ++e) X[u][e] = exp_neg256(_mm256_sub_ps(M[u][0], X[u][e]));
-      inv[u] = _mm256_div_ps(_mm256_set1_ps(1.0f), vsum_tree<E>(X[u]));
-    }
+    const __m256 inv = s.inv[u];
+    const __m256* M = s.M[u];
+    const __m256* idx = s.idx[u];
     // First choices: positions in token order, a bit per dropped token.
-    __m256 w0[U];
-    for (int u = 0; u < U; ++u) {
-      alignas(32) std::int32_t first[G];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(first), _mm256_cvtps_epi32(idx[u][0]));
-      unsigned dropped = 0;
-      for (int g = 0; g < G; ++g) {
-        const int pos = routed[first[g]]++;
-        position[static_cast<std::size_t>(t0 + G * u + g) * k] = pos < C ? pos : -1;
-        dropped |= static_cast<unsigned>(pos >= C) << g;
-      }
-      w0[u] = _mm256_castsi256_ps(
-          _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(dropped)), lane_bit), lane_bit));
+    alignas(32) std::int32_t first[G];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(first), _mm256_cvtps_epi32(idx[0]));
+    unsigned dropped = 0;
+    for (int g = 0; g < G; ++g) {
+      const int pos = routed[first[g]]++;
+      position[static_cast<std::size_t>(t0 + g) * k] = pos < C ? pos : -1;
+      dropped |= static_cast<unsigned>(pos >= C) << g;
     }
+    const __m256 drop_mask = _mm256_castsi256_ps(
+        _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(dropped)), lane_bit), lane_bit));
     // Normalize, back to rows, store; the row-form quads feed the per-expert sums.
-#pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) {
-      float* p = probs + static_cast<std::size_t>(t0 + G * u) * E;
-      // a[q][i] = [token i | token i + 4], experts 4q..4q+3. Two quads make 8 experts of a row:
-      // one lane permute each for a 256-bit store (the FP store port takes one store per cycle,
-      // so halving the store count matters more than the extra permute).
-      __m256 a[NQ][4];
+    float* p = probs + static_cast<std::size_t>(t0) * E;
+    // a[q][i] = [token i | token i + 4], experts 4q..4q+3. Two quads make 8 experts of a row:
+    // one lane permute each for a 256-bit store (the FP store port takes one store per cycle,
+    // so halving the store count matters more than the extra permute).
 #pragma GCC unroll 16
-      for (int q = 0; q < NQ; ++q) {
-        for (int i = 0; i < 4; ++i) a[q][i] = _mm256_mul_ps(X[u][4 * q + i], inv[u]);
-        transpose4_lanes(a[q][0], a[q][1], a[q][2], a[q][3]);
-        acc[q] = _mm256_add_ps(acc[q], _mm256_add_ps(_mm256_add_ps(a[q][0], a[q][1]), _mm256_add_ps(a[q][2], a[q][3])));
+    for (int q = 0; q < NQ; q += 2) {
+      __m256 a[2][4];
+      const int nq = q + 1 < NQ ? 2 : 1;
+      for (int h = 0; h < nq; ++h) {
+        for (int i = 0; i < 4; ++i) a[h][i] = _mm256_mul_ps(s.X[u][4 * (q + h) + i], inv);
+        transpose4_lanes(a[h][0], a[h][1], a[h][2], a[h][3]);
+        acc[q + h] = _mm256_add_ps(acc[q + h],
+                                   _mm256_add_ps(_mm256_add_ps(a[h][0], a[h][1]), _mm256_add_ps(a[h][2], a[h][3])));
       }
-#pragma GCC unroll 16
-      for (int q = 0; q < NQ; ++q) {
-        for (int i = 0; i < 4; ++i) {
-          if (q % 2 == 0 && q + 1 < NQ) {
-            _mm256_storeu_ps(p + i * E + 4 * q, _mm256_permute2f128_ps(a[q][i], a[q + 1][i], 0x20));
-            _mm256_storeu_ps(p + (i + 4) * E + 4 * q, _mm256_permute2f128_ps(a[q][i], a[q + 1][i], 0x31));
-          } else if (q % 2 == 0) {  // odd quad count: the last quad as two halves
-            _mm_storeu_ps(p + i * E + 4 * q, _mm256_castps256_ps128(a[q][i]));
-            _mm_storeu_ps(p + (i + 4) * E + 4 * q, _mm256_extractf128_ps(a[q][i], 1));
-          }
+      for (int i = 0; i < 4; ++i) {
+        if (nq == 2) {
+          store_row(p + i * E + 4 * q, _mm256_permute2f128_ps(a[0][i], a[1][i], 0x20));
+          store_row(p + (i + 4) * E + 4 * q, _mm256_permute2f128_ps(a[0][i], a[1][i], 0x31));
+        } else {  // odd quad count: the last quad as two halves
+          _mm_storeu_ps(p + i * E + 4 * q, _mm256_castps256_ps128(a[0][i]));
+          _mm_storeu_ps(p + (i + 4) * E + 4 * q, _mm256_extractf128_ps(a[0][i], 1));
         }
       }
     }
     // Choices and their raw probabilities: exp(M[j] - M[0]) * inv is bit-identical to the chosen
     // lane of the normalized row (exp of 0 is exactly 1). Dropped first choices weigh 0.
-    for (int u = 0; u < U; ++u) {
-      w0[u] = _mm256_andnot_ps(w0[u], inv[u]);
-      std::int32_t* ex = expert + static_cast<std::size_t>(t0 + G * u) * k;
-      float* w = weight + static_cast<std::size_t>(t0 + G * u) * k;
-      if (k == 1) {
-        _mm256_storeu_ps(w, w0[u]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ex), _mm256_cvtps_epi32(idx[u][0]));
-      } else if (k == 2) {
-        const __m256 w1 = _mm256_mul_ps(exp_neg256(_mm256_sub_ps(M[u][0], M[u][1])), inv[u]);
-        const __m256 lo = _mm256_unpacklo_ps(w0[u], w1), hi = _mm256_unpackhi_ps(w0[u], w1);
-        _mm256_storeu_ps(w, _mm256_permute2f128_ps(lo, hi, 0x20));
-        _mm256_storeu_ps(w + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-        const __m256 ilo = _mm256_unpacklo_ps(idx[u][0], idx[u][1]), ihi = _mm256_unpackhi_ps(idx[u][0], idx[u][1]);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ex), _mm256_cvtps_epi32(_mm256_permute2f128_ps(ilo, ihi, 0x20)));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ex + 8),
-                            _mm256_cvtps_epi32(_mm256_permute2f128_ps(ilo, ihi, 0x31)));
-      } else {
-        alignas(32) float wj[kMaxTopK][G];
-        alignas(32) std::int32_t ij[kMaxTopK][G];
+    const __m256 w0 = _mm256_andnot_ps(drop_mask, inv);
+    std::int32_t* ex = expert + static_cast<std::size_t>(t0) * k;
+    float* w = weight + static_cast<std::size_t>(t0) * k;
+    if (k == 1) {
+      _mm256_storeu_ps(w, w0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ex), _mm256_cvtps_epi32(idx[0]));
+    } else if (k == 2) {
+      const __m256 w1 = _mm256_mul_ps(exp_neg256(_mm256_sub_ps(M[0], M[1])), inv);
+      const __m256 lo = _mm256_unpacklo_ps(w0, w1), hi = _mm256_unpackhi_ps(w0, w1);
+      _mm256_storeu_ps(w, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(w + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+      const __m256 ilo = _mm256_unpacklo_ps(idx[0], idx[1]), ihi = _mm256_unpackhi_ps(idx[0], idx[1]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ex), _mm256_cvtps_epi32(_mm256_permute2f128_ps(ilo, ihi, 0x20)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ex + 8),
+                          _mm256_cvtps_epi32(_mm256_permute2f128_ps(ilo, ihi, 0x31)));
+    } else {
+      alignas(32) float wj[kMaxTopK][G];
+      alignas(32) std::int32_t ij[kMaxTopK][G];
+      for (int j = 0; j < k; ++j) {
+        _mm256_store_ps(wj[j], j == 0 ? w0 : _mm256_mul_ps(exp_neg256(_mm256_sub_ps(M[0], M[j])), inv));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ij[j]), _mm256_cvtps_epi32(idx[j]));
+      }
+      for (int g = 0; g < G; ++g) {
         for (int j = 0; j < k; ++j) {
-          _mm256_store_ps(wj[j], j == 0 ? w0[u] : _mm256_mul_ps(exp_neg256(_mm256_sub_ps(M[u][0], M[u][j])), inv[u]));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(ij[j]), _mm256_cvtps_epi32(idx[u][j]));
-        }
-        for (int g = 0; g < G; ++g) {
-          for (int j = 0; j < k; ++j) {
-            w[g * k + j] = wj[j][g];
-            ex[g * k + j] = ij[j][g];
-          }
+          w[g * k + j] = wj[j][g];
+          ex[g * k + j] = ij[j][g];
         }
       }
     }
   };
 
-  int t0 = 0;
-  for (; t0 + G <= tokens; t0 += G) {
-    run(std::integral_constant<int, 1>{}, t0);
-    if ((t0 + G) % kSumBlock == 0) flush();
+  const int groups = tokens / G;
+  for (int b0 = 0; b0 < groups; b0 += NB) {
+    const int nb = std::min(NB, groups - b0);
+    for (int u = 0; u < nb; ++u) stage_a(u, G * (b0 + u));
+    for (int u = 0; u < nb; ++u) {
+      const int t0 = G * (b0 + u);
+      stage_b(u, t0);
+      if ((t0 + G) % kSumBlock == 0) flush();
+    }
   }
+  int t0 = G * groups;
   flush();
   for (; t0 < tokens; ++t0) scalar_token(static_cast<std::size_t>(t0));
   std::copy(out.routed.begin(), out.routed.end(), out.top1_count.begin());
