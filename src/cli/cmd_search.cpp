@@ -58,13 +58,7 @@ int run_search_command(const SearchOptions& o) {
   if (r.feasible == 0)
     out << "no configuration fits in device memory: try more devices, a smaller global batch or fewer experts\n";
   if (!o.csv.empty()) write_file_atomically(o.csv, table.csv());
-  if (!o.in.json.empty()) {
-    nlohmann::json doc = search_json(r, in.model);
-    doc["model"] = in.model.name;
-    doc["topology"] = in.topology.name;
-    doc["profile"] = in.profile->describe();
-    write_json(o.in.json, doc);
-  }
+  if (!o.in.json.empty()) write_json_with_inputs(o.in.json, search_json(r, in.model), in);
   return 0;
 }
 

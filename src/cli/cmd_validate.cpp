@@ -30,9 +30,7 @@ namespace {
 struct ValidateOptions {
   InputOptions in;
   std::string config;
-  int tp = 1, ep = 1, micro_batch = 1, zero = 1;
-  bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true;
-  std::string layout = "ted";
+  ConfigOptions knobs;
   std::string backend = "cpu";
   int warmup = 2, iters = 10;
   std::uint64_t seed = 1234;
@@ -86,18 +84,18 @@ void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
   text("model", "--model", o.in.model);
   text("topology", "--topology", o.in.topology);
   integer("gpus", "--gpus", o.in.gpus);
-  integer("tp", "--tp", o.tp);
-  integer("ep", "--ep", o.ep);
-  integer("micro_batch", "--micro-batch", o.micro_batch);
+  integer("tp", "--tp", o.knobs.tp);
+  integer("ep", "--ep", o.knobs.ep);
+  integer("micro_batch", "--micro-batch", o.knobs.micro_batch);
   integer("global_batch", "--global-batch", o.in.global_batch);
-  flag("dtd", "--dtd", "--no-dtd", o.dtd);
-  flag("cac", "--cac", "--no-cac", o.cac);
-  flag("checkpoint", "--checkpoint", "--no-checkpoint", o.checkpoint);
-  integer("zero", "--zero", o.zero);
-  flag("expert_tp", "--expert-tp", "--no-expert-tp", o.expert_tp);
-  text("layout", "--layout", o.layout);
+  flag("dtd", "--dtd", "--no-dtd", o.knobs.dtd);
+  flag("cac", "--cac", "--no-cac", o.knobs.cac);
+  flag("checkpoint", "--checkpoint", "--no-checkpoint", o.knobs.checkpoint);
+  integer("zero", "--zero", o.knobs.zero);
+  flag("expert_tp", "--expert-tp", "--no-expert-tp", o.knobs.expert_tp);
+  text("layout", "--layout", o.knobs.layout);
   if (y.has("seq")) integer("seq", "--seq", o.in.seq_len);
-  if (y.has("tiled_optimizer")) flag("tiled_optimizer", "--tiled-optimizer", "--no-tiled-optimizer", o.tiled);
+  if (y.has("tiled_optimizer")) flag("tiled_optimizer", "--tiled-optimizer", "--no-tiled-optimizer", o.knobs.tiled);
   y.reject_unknown_keys();
 }
 
@@ -124,21 +122,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                      std::to_string(world_size) + " ranks (launch with mpirun -np " + std::to_string(o.in.gpus) + ")");
   runtime::require_step_backend(backend);
   Inputs in = load_inputs(o.in);
-  ParallelConfig c;
-  c.gpus = o.in.gpus;
-  c.global_batch = o.in.global_batch;
-  c.seq_len = o.in.seq_len;
-  c.tp = o.tp;
-  c.ep = in.model.is_moe() ? o.ep : 1;
-  c.micro_batch = o.micro_batch;
-  c.zero = o.zero;
-  c.dtd = o.dtd;
-  c.cac = o.cac;
-  c.checkpoint = o.checkpoint;
-  c.expert_tp = o.expert_tp;
-  c.tiled_optimizer = o.tiled;
-  c.layout = parse_layout(o.layout);
-  validate_config(c, in.model);
+  const ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
+  // The training step implements ZeRO 0 and 1; a ZeRO-2 prediction would be compared with a run
+  // that is not ZeRO-2.
+  if (c.zero > 1) throw InputError("--zero " + std::to_string(c.zero) + ": validate runs ZeRO stages 0 and 1");
   for (int p = 0; p < runtime::kPhaseCount; ++p)
     if (std::strcmp(runtime::phase_key(p), to_string(Phase(p))) != 0)
       throw RunError("validate: runtime phase " + std::string(runtime::phase_key(p)) + " does not match cost-model phase " +
@@ -240,17 +227,7 @@ void register_validate(CLI::App& app, Action& action) {
       "validate", "run the real training step for one configuration under MPI and compare it with the prediction");
   add_input_options(*cmd, o->in);  // --gpus defaults to the MPI world size here
   cmd->add_option("--config", o->config, "validation config YAML (model, topology, gpus, tp, ep, micro_batch, ...)");
-  cmd->add_option("--tp", o->tp, "tensor degree t")->capture_default_str();
-  cmd->add_option("--ep", o->ep, "expert degree e (ignored for dense models)")->capture_default_str();
-  cmd->add_option("--micro-batch", o->micro_batch, "sequences per data-parallel replica per micro-batch")->capture_default_str();
-  cmd->add_option("--zero", o->zero, "ZeRO stage 0, 1 or 2 (2 runs as 1: gradients are reduce-scattered either way)")
-      ->capture_default_str();
-  cmd->add_flag("--dtd,!--no-dtd", o->dtd, "duplicate token dropping around the expert all-to-alls (default on)");
-  cmd->add_flag("--cac,!--no-cac", o->cac, "communication-aware checkpointing (default on)");
-  cmd->add_flag("--checkpoint,!--no-checkpoint", o->checkpoint, "activation checkpointing (default on)");
-  cmd->add_flag("--expert-tp,!--no-expert-tp", o->expert_tp, "split experts over the tensor group (default on)");
-  cmd->add_flag("--tiled-optimizer,!--no-tiled-optimizer", o->tiled, "tile the expert optimizer step (default on)");
-  cmd->add_option("--layout", o->layout, "rank layout: ted or data_before_expert")->capture_default_str();
+  add_config_options(*cmd, o->knobs);
   cmd->add_option("--backend", o->backend, "cpu (fp32, Eigen, MPI) or cuda")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "warm-up iterations (not timed)")->capture_default_str();
   cmd->add_option("--iters", o->iters, "measured iterations")->capture_default_str();

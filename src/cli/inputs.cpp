@@ -6,6 +6,7 @@
 #include "tedsim/core/units.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
 #include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/report/prediction_json.hpp"
 #include "tedsim/report/text_table.hpp"
 #include "tedsim/spec/data_files.hpp"
 
@@ -21,6 +22,45 @@ void add_input_options(CLI::App& app, InputOptions& o) {
   app.add_option("--seq", o.seq_len, "sequence length (default: the model's)");
   app.add_option("--profile", o.profile, "measured profile (JSON written by tedsim calibrate); default: analytic");
   app.add_option("--json", o.json, "write JSON to FILE, or - for stdout (tables then go to stderr)");
+}
+
+void add_config_options(CLI::App& app, ConfigOptions& o) {
+  app.add_option("--tp", o.tp, "tensor degree t")->capture_default_str();
+  app.add_option("--ep", o.ep, "expert degree e (ignored for dense models)")->capture_default_str();
+  app.add_option("--micro-batch", o.micro_batch, "sequences per data-parallel replica per micro-batch")->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage 0, 1 or 2")->capture_default_str();
+  app.add_flag("--dtd,!--no-dtd", o.dtd, "duplicate token dropping around the expert all-to-alls (default on)");
+  app.add_flag("--cac,!--no-cac", o.cac, "communication-aware checkpointing (default on)");
+  app.add_flag("--checkpoint,!--no-checkpoint", o.checkpoint, "activation checkpointing (default on)");
+  app.add_flag("--expert-tp,!--no-expert-tp", o.expert_tp, "split experts over the tensor group (default on)");
+  app.add_flag("--tiled-optimizer,!--no-tiled-optimizer", o.tiled, "tile the expert optimizer step (default on)");
+  app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
+}
+
+ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, const ModelSpec& model) {
+  ParallelConfig c;
+  c.gpus = in.gpus;
+  c.global_batch = in.global_batch;
+  c.seq_len = in.seq_len;
+  c.tp = k.tp;
+  c.ep = model.is_moe() ? k.ep : 1;
+  c.micro_batch = k.micro_batch;
+  c.zero = k.zero;
+  c.dtd = k.dtd;
+  c.cac = k.cac;
+  c.checkpoint = k.checkpoint;
+  c.expert_tp = k.expert_tp;
+  c.tiled_optimizer = k.tiled;
+  c.layout = parse_layout(k.layout);
+  validate_config(c, model);
+  return c;
+}
+
+void write_json_with_inputs(const std::string& path, nlohmann::json doc, const Inputs& in) {
+  doc["model"] = in.model.name;
+  doc["topology"] = in.topology.name;
+  doc["profile"] = in.profile->describe();
+  write_json(path, doc);
 }
 
 std::ostream& human_stream(const InputOptions& o) { return o.json == "-" ? std::cerr : std::cout; }

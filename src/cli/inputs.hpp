@@ -2,6 +2,7 @@
 // Options every planning command shares (model, topology, cluster size, profile) and the startup
 // table that prints what they resolved to.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -33,10 +34,22 @@ struct Inputs {
   std::string model_file, topology_file;
 };
 
+// The knobs of one configuration, shared by simulate and validate (each sets its own defaults).
+struct ConfigOptions {
+  int tp = 1, ep = 1, micro_batch = 1, zero = 1;
+  bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true;
+  std::string layout = "ted";
+};
+
 void add_input_options(CLI::App& app, InputOptions& options);
+void add_config_options(CLI::App& app, ConfigOptions& options);
+// The configuration these options describe for `model`; throws InputError naming the broken rule.
+ParallelConfig resolve_config(const ConfigOptions& knobs, const InputOptions& inputs, const ModelSpec& model);
 Inputs load_inputs(const InputOptions& options);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);
+// Writes `doc` (to a file, or stdout for "-") with the model, topology and profile it came from.
+void write_json_with_inputs(const std::string& path, nlohmann::json doc, const Inputs& inputs);
 
 }  // namespace tedsim::cli
