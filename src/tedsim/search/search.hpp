@@ -12,8 +12,7 @@ struct SearchSpace {
   int gpus = 1;
   int global_batch = 1;
   int seq_len = 0;
-  // Each knob's candidates; empty means "all that apply".
-  std::vector<int> zero_stages = {0, 1, 2};
+  std::vector<int> zero_stages = {0, 1, 2};  // ZeRO stages to consider
 };
 
 struct SearchResult {
