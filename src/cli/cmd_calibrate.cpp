@@ -23,7 +23,7 @@ namespace {
 struct CalibrateOptions {
   std::string backend = "cpu", model = "tiny-moe", topology = "local-cpu", out;
   int gpus = 0, global_batch = 0, seq = 0, reps = 0, warmup = -1, stop_after = 0;
-  bool quick = false;
+  bool quick = false, grid = false;
   std::int64_t min_bytes = 0, max_bytes = 0;
   double step_factor = 0;
 };
@@ -74,6 +74,7 @@ int run_calibrate(const CalibrateOptions& o) {
   c.global_batch = o.global_batch;
   c.seq_len = o.seq;
   c.quick = o.quick;
+  c.grid = o.grid;
   c.min_bytes = o.min_bytes;
   c.max_bytes = o.max_bytes;
   c.step_factor = o.step_factor;
@@ -98,6 +99,7 @@ void register_calibrate(CLI::App& app, Action& action) {
   cmd->add_option("--global-batch", o->global_batch, "sequences per iteration (default: 8 per device)");
   cmd->add_option("--seq", o->seq, "sequence length (default: the model's)");
   cmd->add_flag("--quick", o->quick, "few shapes and sizes, few repetitions (a minute on a CPU)");
+  cmd->add_flag("--grid", o->grid, "measure a generic grid of GEMM shapes and kernel sizes instead of the model's (collectives still follow the TED groups of this world)");
   cmd->add_option("--out", o->out, "profile file to write (JSON); progress is kept in FILE.partial")->required();
   cmd->add_option("--min-bytes", o->min_bytes, "smallest collective size (default 1024)");
   cmd->add_option("--max-bytes", o->max_bytes, "largest collective size (default 64 MiB, quick 1 MiB)");

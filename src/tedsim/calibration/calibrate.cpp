@@ -132,6 +132,7 @@ int run_calibration(const CalibrationOptions& o) {
   so.global_batch = o.global_batch;
   so.seq_len = o.seq_len;
   so.quick = o.quick;
+  so.grid = o.grid;
   so.gpu = o.backend == Backend::cuda;
   so.dtype = dtype;
   so.min_bytes = o.min_bytes;
@@ -141,7 +142,7 @@ int run_calibration(const CalibrationOptions& o) {
 
   json args = {{"model", o.model_name},     {"topology", o.topology_name},  {"backend", prov.backend},
                {"gpus", so.gpus},           {"world", so.world},            {"ranks_per_node", so.ranks_per_node},
-               {"global_batch", o.global_batch}, {"seq", o.seq_len},        {"quick", o.quick},
+               {"global_batch", o.global_batch}, {"seq", o.seq_len},        {"quick", o.quick}, {"grid", o.grid},
                {"min_bytes", sweep.min_bytes}, {"max_bytes", sweep.max_bytes}, {"step_factor", sweep.step_factor},
                {"reps", reps},              {"warmup", warmup},             {"points", sweep.points()}};
 

@@ -23,6 +23,7 @@ struct CalibrationOptions {
   int global_batch = 0;      // 0: 8 per device
   int seq_len = 0;
   bool quick = false;
+  bool grid = false;         // generic GEMM/kernel grid instead of the model's shapes
   std::int64_t min_bytes = 0, max_bytes = 0;  // collectives; 0: defaults
   double step_factor = 0;
   int reps = 0, warmup = -1;  // 0 / -1: defaults (quick: 5 / 1, full: 20 / 2)

@@ -60,6 +60,21 @@ std::vector<double> log_sweep(double lo, double hi, double factor) {
   return out;
 }
 
+// The generic grid: square and skinny power-of-two shapes from 64 to 16384 (the token dimension m
+// up to 16384; n and k, the weight dimensions, up to 8192), under the FLOP cap of the device.
+std::vector<GemmShape> generic_gemm_grid(Dtype dtype, double flop_cap, bool quick) {
+  std::vector<GemmShape> shapes;
+  const std::int64_t step = quick ? 4 : 2;
+  for (std::int64_t m = 64; m <= 16384; m *= step)
+    for (std::int64_t n = 64; n <= 8192; n *= step)
+      for (std::int64_t k = 64; k <= 8192; k *= step) {
+        const GemmShape g{m, n, k, 1, dtype};
+        if (g.flops() <= flop_cap) shapes.push_back(g);
+      }
+  std::sort(shapes.begin(), shapes.end(), [](const GemmShape& a, const GemmShape& b) { return a.flops() < b.flops(); });
+  return shapes;
+}
+
 }  // namespace
 
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& o) {
@@ -112,13 +127,15 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
     for (std::size_t i = 0; i < cap; ++i) kept.push_back(shapes[i * (shapes.size() - 1) / (cap - 1)]);
     shapes = kept;
   }
+  if (o.grid) shapes = generic_gemm_grid(o.dtype, flop_cap, o.quick);
   for (const GemmShape& g : shapes) sweep.gemms.push_back({g});
 
   // Kernel sizes: log-spaced over the range the workloads ask about (half the smallest to twice
   // the largest), factor 4 (16 quick), capped at what a device streams in well under a second.
   const double kernel_cap = o.gpu ? 4.0 * kGiB : (o.quick ? 32.0 * kMiB : 256.0 * kMiB);
   for (const auto& [kind, range] : rec.kernel_range) {
-    const double lo = std::max(4096.0, range.first / 2), hi = std::max(lo, std::min(kernel_cap, range.second * 2));
+    double lo = std::max(4096.0, range.first / 2), hi = std::max(lo, std::min(kernel_cap, range.second * 2));
+    if (o.grid) lo = 4096.0, hi = kernel_cap;  // every size a device streams in well under a second
     for (double b : log_sweep(lo, hi, o.quick ? 16.0 : 4.0)) sweep.kernels.push_back({KernelKind(kind), b});
   }
 

@@ -23,6 +23,7 @@ struct SweepOptions {
   int global_batch = 0;         // 0: 8 sequences per rank of the cluster
   int seq_len = 0;              // 0: the model's
   bool quick = false;
+  bool grid = false;            // a generic grid of GEMM shapes and kernel sizes, not the model's
   bool gpu = false;             // timing device: caps sizes to what a CPU core does in seconds
   Dtype dtype = Dtype::fp32;    // measured dtype (CPU: fp32; CUDA: the model's)
   std::int64_t min_bytes = 0, max_bytes = 0;  // collectives; 0: defaults for quick/full
