@@ -1,6 +1,7 @@
 // tedsim: plan Mixture-of-Experts training under tensor-expert-data parallelism.
 // main() is the only place errors become messages and exit codes: 2 for bad input, 1 for failures.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "commands.hpp"
@@ -12,6 +13,18 @@
 #endif
 #include "tedsim/core/build_info.hpp"
 #include "tedsim/core/error.hpp"
+
+namespace {
+
+// Under mpirun/srun every rank sees the same bad input; one message is enough. Failures of the
+// run itself stay on every rank (they can differ per host and rank).
+bool is_secondary_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* value = std::getenv(var); value && std::atoi(value) > 0) return true;
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tedsim;
@@ -37,7 +50,7 @@ int main(int argc, char** argv) {
   try {
     return action ? action() : 0;
   } catch (const Error& e) {
-    std::cerr << "tedsim: error: " << e.what() << std::endl;
+    if (e.code() != ExitCode::bad_input || !is_secondary_rank()) std::cerr << "tedsim: error: " << e.what() << std::endl;
     return int(e.code());
   } catch (const std::exception& e) {
     std::cerr << "tedsim: internal error: " << e.what() << std::endl;
