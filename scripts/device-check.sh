@@ -14,6 +14,25 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 START=$(date +%s)
 section() { echo; echo "=== [$(( $(date +%s) - START )) s] $* ==="; }
 
+section "build dependencies"
+# The lent GPU machines run an image with nvcc, CMake and NCCL but without Debian's -dev packages
+# and without network: yaml-cpp, Eigen, CLI11, nlohmann-json, GTest, Google Benchmark and OpenMPI
+# must already be there (or be carried in and unpacked, with CMAKE_PREFIX_PATH, PATH and
+# LD_LIBRARY_PATH pointing at them). Say plainly what is missing instead of failing in CMake.
+missing=()
+for header in yaml-cpp/yaml.h eigen3/Eigen/Core CLI/CLI.hpp nlohmann/json.hpp gtest/gtest.h mpi.h; do
+  found=0
+  for dir in /usr/include /usr/local/include /usr/lib/x86_64-linux-gnu/openmpi/include ${CPATH//:/ }; do
+    [ -e "$dir/$header" ] && found=1 && break
+  done
+  [ "$found" = 1 ] || missing+=("$header")
+done
+command -v mpirun >/dev/null || missing+=("mpirun")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "missing on this machine: ${missing[*]} (install scripts/install-deps.sh's packages, or carry them)"
+  exit 1
+fi
+
 section "device"
 nvidia-smi -L 2>&1 | tee "$OUT/nvidia-smi.txt" || echo "nvidia-smi failed (no GPU?)"
 nvcc --version | tail -2
