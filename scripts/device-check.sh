@@ -22,7 +22,7 @@ section "build dependencies"
 missing=()
 for header in yaml-cpp/yaml.h eigen3/Eigen/Core CLI/CLI.hpp nlohmann/json.hpp gtest/gtest.h mpi.h; do
   found=0
-  for dir in /usr/include /usr/local/include /usr/lib/x86_64-linux-gnu/openmpi/include ${CPATH//:/ }; do
+  for dir in /usr/include /usr/local/include /usr/lib/x86_64-linux-gnu/openmpi/include ${CPATH:+${CPATH//:/ }}; do
     [ -e "$dir/$header" ] && found=1 && break
   done
   [ "$found" = 1 ] || missing+=("$header")
