@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "calibration_commands.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/collective_table.hpp"
@@ -27,6 +29,17 @@ std::string join(const std::vector<std::string>& v) {
   return out.empty() ? "-" : out;
 }
 
+// The calibration's arguments as "key=value ..." (the JSON the resume check compares).
+std::string calibration_arguments(const std::string& calibration_json) {
+  if (calibration_json.empty()) return "-";
+  const nlohmann::json j = nlohmann::json::parse(calibration_json, nullptr, false);
+  if (j.is_discarded() || !j.contains("arguments")) return calibration_json;
+  std::string text;
+  for (const auto& [key, value] : j["arguments"].items())
+    text += (text.empty() ? "" : " ") + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
+  return text;
+}
+
 int run_show(const std::string& path) {
   const ProfileData d = load_profile_data(path);
   const Provenance& p = d.provenance;
@@ -43,9 +56,8 @@ int run_show(const std::string& path) {
   prov.add_row({"nccl / mpi", (p.nccl.empty() ? "-" : p.nccl) + " / " + (p.mpi.empty() ? "-" : p.mpi)});
   prov.add_row({"date", p.date});
   prov.add_row({"tedsim", p.tedsim_version + " (" + p.build_flags + ")"});
-  prov.add_row({"calibration", d.calibration_json.empty() ? "-" : d.calibration_json});
   prov.print(out);
-  out << '\n';
+  out << "calibrated with: " << calibration_arguments(d.calibration_json) << "\n\n";
 
   TextTable g({"m", "n", "k", "batch", "dtype", "median us", "min us", "max us", "TFLOP/s"});
   for (const GemmPoint& x : d.gemms)
