@@ -3,6 +3,7 @@
 # nvidia-smi sees a GPU), then a quick CUDA calibration on one rank. Logs and the profile go to
 # OUTDIR. Budget: under 8 minutes on a 16-core machine with an H200.
 #   scripts/device-check.sh OUTDIR
+# Before the session's first GPU call, run scripts/device-deps.sh here and carry .devdeps.
 set -euo pipefail
 OUT=${1:?usage: scripts/device-check.sh OUTDIR}
 mkdir -p "$OUT"
@@ -16,21 +17,34 @@ section() { echo; echo "=== [$(( $(date +%s) - START )) s] $* ==="; }
 
 section "build dependencies"
 # The lent GPU machines run an image with nvcc, CMake and NCCL but without Debian's -dev packages
-# and without network: yaml-cpp, Eigen, CLI11, nlohmann-json, GTest, Google Benchmark and OpenMPI
-# must already be there (or be carried in and unpacked, with CMAKE_PREFIX_PATH, PATH and
-# LD_LIBRARY_PATH pointing at them). Say plainly what is missing instead of failing in CMake.
-missing=()
-for header in yaml-cpp/yaml.h eigen3/Eigen/Core CLI/CLI.hpp nlohmann/json.hpp gtest/gtest.h mpi.h; do
-  found=0
-  for dir in /usr/include /usr/local/include /usr/lib/x86_64-linux-gnu/openmpi/include ${CPATH:+${CPATH//:/ }}; do
-    [ -e "$dir/$header" ] && found=1 && break
+# and without network. scripts/device-deps.sh (run beforehand, on the build machine) puts the
+# packages in .devdeps/; they are unpacked into a prefix here and found through the environment.
+# OpenMPI finds itself through OPAL_PREFIX. TEDSIM_FORCE_DEVDEPS=1 uses .devdeps even where the
+# packages are installed (to check this path on the build machine).
+have_deps() {
+  local dirs="/usr/include /usr/local/include /usr/lib/x86_64-linux-gnu/openmpi/include ${DEPS_PREFIX:-/nonexistent}/usr/include"
+  for header in yaml-cpp/yaml.h eigen3/Eigen/Core CLI/CLI.hpp nlohmann/json.hpp gtest/gtest.h benchmark/benchmark.h; do
+    local found=0
+    for dir in $dirs; do [ -e "$dir/$header" ] && found=1 && break; done
+    [ "$found" = 1 ] || { echo "missing: $header"; return 1; }
   done
-  [ "$found" = 1 ] || missing+=("$header")
-done
-command -v mpirun >/dev/null || missing+=("mpirun")
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "missing on this machine: ${missing[*]} (install scripts/install-deps.sh's packages, or carry them)"
-  exit 1
+  command -v mpirun >/dev/null || { echo "missing: mpirun"; return 1; }
+}
+if [ -n "${TEDSIM_FORCE_DEVDEPS:-}" ] || ! have_deps; then
+  if ! ls "$ROOT"/.devdeps/*.deb >/dev/null 2>&1; then
+    echo "build dependencies missing and no .devdeps/: run scripts/device-deps.sh here and carry .devdeps"
+    exit 1
+  fi
+  DEPS_PREFIX=${TEDSIM_DEPS_PREFIX:-/opt/tedsim-deps}
+  mkdir -p "$DEPS_PREFIX"
+  for deb in "$ROOT"/.devdeps/*.deb; do dpkg -x "$deb" "$DEPS_PREFIX"; done
+  for tool in mpirun mpiexec mpicc mpicxx orterun ompi_info; do
+    [ -e "$DEPS_PREFIX/usr/bin/$tool.openmpi" ] && ln -sf "$tool.openmpi" "$DEPS_PREFIX/usr/bin/$tool"
+  done
+  export OPAL_PREFIX="$DEPS_PREFIX/usr" PATH="$DEPS_PREFIX/usr/bin:$PATH" CMAKE_PREFIX_PATH="$DEPS_PREFIX/usr"
+  export LD_LIBRARY_PATH="$DEPS_PREFIX/usr/lib/x86_64-linux-gnu:$DEPS_PREFIX/usr/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  have_deps || { echo "still missing after unpacking .devdeps"; exit 1; }
+  echo "unpacked $(ls "$ROOT"/.devdeps/*.deb | wc -l) packages into $DEPS_PREFIX"
 fi
 
 section "device"
