@@ -5,7 +5,8 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config
           libyaml-cpp-dev libeigen3-dev libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin
+          python3)  # the validation script and one calibration test read JSON with it
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
