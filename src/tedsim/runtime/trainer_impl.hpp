@@ -1,0 +1,203 @@
+#pragma once
+// Internal to the runtime: the state of a Trainer (Trainer::Impl) and the helpers its parts share.
+// trainer.cpp builds the groups and parameters and runs micro-batches and the step;
+// trainer_layers.cpp runs the layers forward and backward; trainer_head.cpp the embedding, LM head
+// and loss; trainer_sync.cpp the gradient sync, the optimizer and the checksums.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include "tedsim/comm/ted_groups.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/kernels/cpu/activations.hpp"
+#include "tedsim/kernels/cpu/adam.hpp"
+#include "tedsim/kernels/cpu/attention.hpp"
+#include "tedsim/kernels/cpu/dispatch.hpp"
+#include "tedsim/kernels/cpu/gating.hpp"
+#include "tedsim/kernels/cpu/gemm.hpp"
+#include "tedsim/kernels/cpu/layernorm.hpp"
+#include "tedsim/runtime/data.hpp"
+#include "tedsim/runtime/trainer.hpp"
+
+namespace tedsim::runtime {
+namespace step_detail {
+
+using Clock = std::chrono::steady_clock;
+inline double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+constexpr float kLnEps = 1e-5f;
+
+// Row-major GEMM helpers. C = A B, C = A B^T, C += A^T B.
+inline void mm(int m, int n, int k, const float* a, const float* b, float* c, float beta = 0.0f) {
+  kernels::GemmOp op;
+  op.beta = beta;
+  kernels::gemm(op, m, n, k, a, k, b, n, c, n);
+}
+inline void mm_bt(int m, int n, int k, const float* a, const float* b, float* c, float beta = 0.0f) {
+  kernels::GemmOp op;
+  op.trans_b = true;
+  op.beta = beta;
+  kernels::gemm(op, m, n, k, a, k, b, k, c, n);
+}
+// c[m,n] += a^T b with a stored [k,m], b stored [k,n].
+inline void mm_at_acc(int m, int n, int k, const float* a, const float* b, float* c) {
+  kernels::GemmOp op;
+  op.trans_a = true;
+  op.beta = 1.0f;
+  kernels::gemm(op, m, n, k, a, m, b, n, c, n);
+}
+
+inline void add_into(std::size_t n, const float* a, float* y) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) y[i] += a[i];
+}
+
+enum class CommMode { live, record, replay };
+
+struct LayerIds {
+  bool moe = false;
+  int ln1_g = -1, ln1_b = -1, qkv = -1, out = -1, ln2_g = -1, ln2_b = -1;
+  int fc1 = -1, fc2 = -1, gate = -1, efc1 = -1, efc2 = -1;
+};
+
+struct LayerActs {
+  Tensor xn1, mean1, rstd1, q, kx, vx, probs, ctxh, ctx, x1, xn2, mean2, rstd2;
+  Tensor f1, a1;                                  // dense MLP
+  Tensor logits, ein, ef1, ea1, cbuf;             // MoE
+  kernels::GatingOutput gate;
+  void release_all() {
+    for (Tensor* t : {&xn1, &mean1, &rstd1, &q, &kx, &vx, &probs, &ctxh, &ctx, &x1, &xn2, &mean2, &rstd2, &f1, &a1,
+                      &logits, &ein, &ef1, &ea1, &cbuf})
+      release(*t);
+  }
+};
+
+}  // namespace step_detail
+using namespace step_detail;
+
+struct Trainer::Impl {
+  Communicator& world;
+  ModelSpec model;
+  ParallelConfig cfg;
+  TrainerOptions opt;
+  TedLayout layout;
+  std::unique_ptr<TedGroups> groups;
+  Communicator *tp = nullptr, *ep = nullptr, *dp = nullptr, *edp = nullptr;
+  ParamStore store;
+  TokenSource data;
+
+  // Dimensions.
+  int L = 0, t = 1, ti = 0, e = 1, b = 1, s = 0, T = 0, h = 0;
+  int a_l = 0, kv_l = 0, hd = 0, q_l = 0, kvd_l = 0, qkv_l = 0;
+  int F = 0, F_l = 0, F1_l = 0;  // dense MLP: per-rank width and fc1 output width (2x for swiglu)
+  int Fe = 0, F1e = 0;           // experts: per-rank width (F/t with expert TP, else F)
+  int V = 0, V_l = 0, v0 = 0;
+  int E = 0, El = 0, k = 1, C = 0, Cp = 0;
+  bool swiglu = false, split = false, etp_split = false;
+  int ga = 1, nmb_global = 1, replica = 0, d = 1;
+
+  int emb = -1, lm = -1, lnf_g = -1, lnf_b = -1;
+  std::vector<LayerIds> ids;
+
+  // Activations.
+  std::vector<Tensor> inputs;               // layer inputs (the checkpoints), L + 1 entries
+  std::vector<LayerActs> acts;              // per layer without checkpointing, one (reused) with it
+  std::vector<std::vector<Tensor>> stash;   // CAC: per layer, collective outputs of the first forward
+  Tensor xf, lnf_mean, lnf_rstd, logits, red, gbuf, gtmp, gtmp2, scratch_out, lnd_g, lnd_b;
+  Tensor send, recv, gath, gmoe, gw;        // MoE communication / gradient scratch
+  std::vector<std::int32_t> tokens, targets;
+
+  // Optimizer state for the owned shards.
+  Tensor m_ne, v_ne, m_ex, v_ex;
+  std::int64_t iter = 0;
+  int adam_step = 0;
+
+  // Collective bookkeeping.
+  CommMode mode = CommMode::live;
+  std::vector<Tensor>* cur_stash = nullptr;
+  std::size_t stash_next = 0;
+  PhaseSeconds phase{};
+  std::uint64_t routing_sig = 0;
+  double aux_sum = 0;
+
+  Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o);
+
+  void setup_dims();
+
+  // ---------------------------------------------------------------- parameters
+  int add_param(const std::string& name, const std::string& kind, int id, bool expert, bool tp_replicated, Slice sl,
+                float mean, float stdv);
+
+  static Slice make_slice(int A, int R, int Cc, int a0, int a1, int r0, int r1, std::vector<std::pair<int, int>> cols);
+
+  void register_params();
+
+  float* P(int id) { return store.param(id); }
+  float* G(int id) { return store.grad(id); }
+
+  // ---------------------------------------------------------------- collectives
+  // Every layer collective goes through here: timed into its phase, recorded into the layer's CAC
+  // stash in the first forward, and replayed from it in the recompute.
+  enum class Coll { all_reduce, all_gather, all_to_all };
+  void collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph);
+  void tp_allreduce(float* buf, std::size_t n) { collective(Coll::all_reduce, *tp, buf, buf, n, kTpAllReduce); }
+
+  // ---------------------------------------------------------------- layout helpers
+  // [E][C][h] -> this TP rank's capacity slice [E][Cp][h].
+  void slice_cap(const float* src, float* dst);
+  // Gathered [t][E][Cp][h] -> [E][C][h].
+  void unslice_cap(const float* src, float* dst);
+  // [S][El][Cp][h] <-> [El][S][Cp][h].
+  void to_expert_major(const float* src, float* dst, int S);
+  void from_expert_major(const float* src, float* dst, int S);
+  // qkv [T, qkv_l] -> q, kx, vx [b*a_l, s, hd] (kv heads repeated for grouped-query attention).
+  void split_heads(const float* qkv, float* q, float* kx, float* vx);
+  void merge_heads_grad(const float* gq, const float* gk, const float* gv, float* gqkv);
+  // [b*a_l, s, hd] <-> [T, q_l].
+  void heads_to_tokens(const float* src, float* dst);
+  void tokens_to_heads(const float* src, float* dst);
+
+  void activation_forward(int rows, int width, const float* x, float* y);
+  void activation_backward(int rows, int width, const float* x, const float* gy, float* gx);
+
+  // ---------------------------------------------------------------- layer forward
+  void layer_forward(int l, const float* x, LayerActs& A, float* out);
+
+  void moe_forward(const LayerIds& li, LayerActs& A, float* out);
+
+  // ---------------------------------------------------------------- layer backward
+  // g: gradient w.r.t. the layer output on entry, w.r.t. its input on exit.
+  void layer_backward(int l, const float* x, LayerActs& A, float* g);
+
+  void ln_backward(const float* x, int gid, int bid, const float* mean, const float* rstd, const float* gy, float* gx);
+
+  void moe_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);
+
+  // ---------------------------------------------------------------- embedding, head, loss
+  void embed_forward();
+
+  // Final norm, LM head, vocabulary-parallel cross-entropy. Returns this micro-batch's mean CE; with
+  // `backward`, leaves d(loss)/d(last hidden) in gbuf (loss scaled by 1/nmb_global).
+  double head_and_loss(bool backward);
+
+  void embed_backward();
+
+  void load_micro_batch(std::int64_t it, int j);
+
+  // Forward (+ backward) of one micro-batch; returns its loss (CE + coef * aux).
+  double micro_batch(bool backward, double* ce_out, double* aux_out);
+
+  // Sum over this rank's micro-batches of (loss / nmb_global), and the CE / aux parts.
+  std::array<double, 3> run_micro_batches(std::int64_t it, bool backward);
+
+  // ---------------------------------------------------------------- gradient sync + Adam
+  void sync_and_update();
+
+  StepStats step();
+
+  std::vector<Checksum> checksums();
+};
+
+}  // namespace tedsim::runtime

@@ -1,0 +1,289 @@
+// The layers of the TED step, forward and backward: attention and dense MLP with Megatron tensor
+// parallelism; MoE layers with gating, dispatch, DTD, all-to-alls, experts and combine.
+#include "tedsim/runtime/trainer_impl.hpp"
+
+namespace tedsim::runtime {
+
+void Trainer::Impl::slice_cap(const float* src, float* dst) {
+  for (int x = 0; x < E; ++x)
+    std::memcpy(dst + static_cast<std::size_t>(x) * Cp * h, src + (static_cast<std::size_t>(x) * C + ti * Cp) * h,
+                sizeof(float) * Cp * h);
+}
+
+void Trainer::Impl::unslice_cap(const float* src, float* dst) {
+  for (int r = 0; r < t; ++r)
+    for (int x = 0; x < E; ++x)
+      std::memcpy(dst + (static_cast<std::size_t>(x) * C + r * Cp) * h,
+                  src + (static_cast<std::size_t>(r) * E + x) * Cp * h, sizeof(float) * Cp * h);
+}
+
+void Trainer::Impl::to_expert_major(const float* src, float* dst, int S) {
+  const std::size_t blk = static_cast<std::size_t>(Cp) * h;
+  for (int sr = 0; sr < S; ++sr)
+    for (int x = 0; x < El; ++x)
+      std::memcpy(dst + (static_cast<std::size_t>(x) * S + sr) * blk, src + (static_cast<std::size_t>(sr) * El + x) * blk,
+                  sizeof(float) * blk);
+}
+
+void Trainer::Impl::from_expert_major(const float* src, float* dst, int S) {
+  const std::size_t blk = static_cast<std::size_t>(Cp) * h;
+  for (int sr = 0; sr < S; ++sr)
+    for (int x = 0; x < El; ++x)
+      std::memcpy(dst + (static_cast<std::size_t>(sr) * El + x) * blk, src + (static_cast<std::size_t>(x) * S + sr) * blk,
+                  sizeof(float) * blk);
+}
+
+void Trainer::Impl::split_heads(const float* qkv, float* q, float* kx, float* vx) {
+  const int grp = a_l / kv_l;
+  for (int bi = 0; bi < b; ++bi)
+    for (int p = 0; p < s; ++p) {
+      const float* row = qkv + static_cast<std::size_t>(bi * s + p) * qkv_l;
+      for (int hi = 0; hi < a_l; ++hi) {
+        const std::size_t o = (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd;
+        const int j = hi / grp;
+        std::memcpy(q + o, row + hi * hd, sizeof(float) * hd);
+        std::memcpy(kx + o, row + q_l + j * hd, sizeof(float) * hd);
+        std::memcpy(vx + o, row + q_l + kvd_l + j * hd, sizeof(float) * hd);
+      }
+    }
+}
+
+void Trainer::Impl::merge_heads_grad(const float* gq, const float* gk, const float* gv, float* gqkv) {
+  const int grp = a_l / kv_l;
+  std::memset(gqkv, 0, sizeof(float) * T * qkv_l);
+  for (int bi = 0; bi < b; ++bi)
+    for (int p = 0; p < s; ++p) {
+      float* row = gqkv + static_cast<std::size_t>(bi * s + p) * qkv_l;
+      for (int hi = 0; hi < a_l; ++hi) {
+        const std::size_t o = (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd;
+        const int j = hi / grp;
+        std::memcpy(row + hi * hd, gq + o, sizeof(float) * hd);
+        add_into(hd, gk + o, row + q_l + j * hd);
+        add_into(hd, gv + o, row + q_l + kvd_l + j * hd);
+      }
+    }
+}
+
+void Trainer::Impl::heads_to_tokens(const float* src, float* dst) {
+  for (int bi = 0; bi < b; ++bi)
+    for (int hi = 0; hi < a_l; ++hi)
+      for (int p = 0; p < s; ++p)
+        std::memcpy(dst + static_cast<std::size_t>(bi * s + p) * q_l + hi * hd,
+                    src + (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd, sizeof(float) * hd);
+}
+
+void Trainer::Impl::tokens_to_heads(const float* src, float* dst) {
+  for (int bi = 0; bi < b; ++bi)
+    for (int hi = 0; hi < a_l; ++hi)
+      for (int p = 0; p < s; ++p)
+        std::memcpy(dst + (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd,
+                    src + static_cast<std::size_t>(bi * s + p) * q_l + hi * hd, sizeof(float) * hd);
+}
+
+void Trainer::Impl::activation_forward(int rows, int width, const float* x, float* y) {
+  if (swiglu)
+    kernels::swiglu_forward(rows, width, x, y);
+  else
+    kernels::gelu_forward(static_cast<std::size_t>(rows) * width, x, y);
+}
+
+void Trainer::Impl::activation_backward(int rows, int width, const float* x, const float* gy, float* gx) {
+  if (swiglu)
+    kernels::swiglu_backward(rows, width, x, gy, gx);
+  else
+    kernels::gelu_backward(static_cast<std::size_t>(rows) * width, x, gy, gx);
+}
+
+void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* out) {
+  const LayerIds& li = ids[l];
+  const std::size_t Th = static_cast<std::size_t>(T) * h;
+  // Attention.
+  kernels::layernorm_forward(T, h, kLnEps, x, P(li.ln1_g), P(li.ln1_b), ensure(A.xn1, Th), ensure(A.mean1, T),
+                             ensure(A.rstd1, T));
+  Tensor& qkv = A.ctx;  // reused: qkv is dead once split into heads
+  mm(T, qkv_l, h, A.xn1.data(), P(li.qkv), ensure(qkv, static_cast<std::size_t>(T) * qkv_l));
+  const std::size_t hs = static_cast<std::size_t>(b) * a_l * s * hd;
+  split_heads(qkv.data(), ensure(A.q, hs), ensure(A.kx, hs), ensure(A.vx, hs));
+  kernels::attention_forward(b * a_l, s, hd, true, A.q.data(), A.kx.data(), A.vx.data(),
+                             ensure(A.probs, static_cast<std::size_t>(b) * a_l * s * s), ensure(A.ctxh, hs));
+  heads_to_tokens(A.ctxh.data(), ensure(A.ctx, static_cast<std::size_t>(T) * q_l));
+  float* x1 = ensure(A.x1, Th);
+  mm(T, h, q_l, A.ctx.data(), P(li.out), x1);
+  tp_allreduce(x1, Th);
+  add_into(Th, x, x1);
+  // MLP or MoE.
+  kernels::layernorm_forward(T, h, kLnEps, x1, P(li.ln2_g), P(li.ln2_b), ensure(A.xn2, Th), ensure(A.mean2, T),
+                             ensure(A.rstd2, T));
+  if (!li.moe) {
+    mm(T, F1_l, h, A.xn2.data(), P(li.fc1), ensure(A.f1, static_cast<std::size_t>(T) * F1_l));
+    activation_forward(T, F_l, A.f1.data(), ensure(A.a1, static_cast<std::size_t>(T) * F_l));
+    mm(T, h, F_l, A.a1.data(), P(li.fc2), out);
+    tp_allreduce(out, Th);
+  } else {
+    moe_forward(li, A, out);
+  }
+  add_into(Th, x1, out);
+}
+
+void Trainer::Impl::moe_forward(const LayerIds& li, LayerActs& A, float* out) {
+  const std::size_t ECh = static_cast<std::size_t>(E) * C * h;
+  const std::size_t ECph = static_cast<std::size_t>(E) * Cp * h;
+  mm(T, E, h, A.xn2.data(), P(li.gate), ensure(A.logits, static_cast<std::size_t>(T) * E));
+  kernels::GatingConfig gc;
+  gc.k = k;
+  gc.capacity_factor = model.moe.capacity_factor;
+  gc.min_capacity = C;  // the rounded capacity (>= the formula's)
+  kernels::gating_forward(A.logits.data(), T, E, gc, A.gate);
+  aux_sum += A.gate.aux_loss;
+  for (int i = 0; i < T * k; ++i)
+    routing_sig = mix64(routing_sig ^ static_cast<std::uint64_t>(A.gate.expert[i] * 131 + A.gate.position[i] + 7));
+  float* dbuf = ensure(A.cbuf, ECh);  // cbuf reused as the dispatch buffer until the combine input is built
+  kernels::dispatch(A.gate, A.xn2.data(), h, dbuf);
+  const float* a2a_in = dbuf;
+  if (split) {
+    slice_cap(dbuf, ensure(send, ECph));
+    a2a_in = send.data();
+  }
+  collective(Coll::all_to_all, *ep, a2a_in, ensure(recv, ECph), ECph, kEpAllToAll);
+  const float* src = recv.data();
+  int S = e;
+  if (etp_split) {
+    collective(Coll::all_gather, *tp, recv.data(), ensure(gath, ECph * t), ECph * t, kTpAllGather);
+    src = gath.data();
+    S = t * e;
+  }
+  const int R = S * Cp;  // rows per local expert
+  const std::size_t rows_h = static_cast<std::size_t>(El) * R * h;
+  to_expert_major(src, ensure(A.ein, rows_h), S);
+  ensure(A.ef1, static_cast<std::size_t>(El) * R * F1e);
+  ensure(A.ea1, static_cast<std::size_t>(El) * R * Fe);
+  float* eout = ensure(gmoe, rows_h);
+  for (int x = 0; x < El; ++x) {
+    float* f1 = A.ef1.data() + static_cast<std::size_t>(x) * R * F1e;
+    float* a1 = A.ea1.data() + static_cast<std::size_t>(x) * R * Fe;
+    mm(R, F1e, h, A.ein.data() + static_cast<std::size_t>(x) * R * h, P(li.efc1) + static_cast<std::size_t>(x) * h * F1e, f1);
+    activation_forward(R, Fe, f1, a1);
+    mm(R, h, Fe, a1, P(li.efc2) + static_cast<std::size_t>(x) * Fe * h, eout + static_cast<std::size_t>(x) * R * h);
+  }
+  if (cfg.expert_tp && t > 1) tp_allreduce(eout, rows_h);
+  float* back = ensure(gath, rows_h);
+  from_expert_major(eout, back, S);
+  const float* a2a_back = etp_split ? back + static_cast<std::size_t>(ti) * ECph : back;  // DTD drop
+  collective(Coll::all_to_all, *ep, a2a_back, ensure(recv, ECph), ECph, kEpAllToAll);
+  float* cb = ensure(A.cbuf, ECh);
+  if (split) {
+    collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather);
+    unslice_cap(send.data(), cb);
+  } else {
+    std::memcpy(cb, recv.data(), sizeof(float) * ECh);
+  }
+  kernels::combine(A.gate, cb, h, out);
+}
+
+void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g) {
+  const LayerIds& li = ids[l];
+  const std::size_t Th = static_cast<std::size_t>(T) * h;
+  float* gxn = ensure(gtmp, Th);
+  if (!li.moe) {
+    float* ga1 = ensure(gw, static_cast<std::size_t>(T) * F_l);
+    mm_bt(T, F_l, h, g, P(li.fc2), ga1);
+    mm_at_acc(F_l, h, T, A.a1.data(), g, G(li.fc2));
+    float* gf1 = ensure(gmoe, static_cast<std::size_t>(T) * F1_l);
+    activation_backward(T, F_l, A.f1.data(), ga1, gf1);
+    mm_at_acc(h, F1_l, T, A.xn2.data(), gf1, G(li.fc1));
+    mm_bt(T, h, F1_l, gf1, P(li.fc1), gxn);
+    tp_allreduce(gxn, Th);
+  } else {
+    moe_backward(li, A, g, gxn);
+  }
+  // LN2: g_x1 = g + LN2^T(gxn).
+  float* gln = ensure(gtmp2, Th);
+  ln_backward(A.x1.data(), li.ln2_g, li.ln2_b, A.mean2.data(), A.rstd2.data(), gxn, gln);
+  add_into(Th, gln, g);  // g is now grad x1
+  // Attention.
+  float* gctx = ensure(gtmp, static_cast<std::size_t>(T) * q_l);
+  mm_bt(T, q_l, h, g, P(li.out), gctx);
+  mm_at_acc(q_l, h, T, A.ctx.data(), g, G(li.out));
+  const std::size_t hs = static_cast<std::size_t>(b) * a_l * s * hd;
+  float* gctxh = ensure(gmoe, 4 * hs);
+  tokens_to_heads(gctx, gctxh);
+  float *gq = gctxh + hs, *gk = gctxh + 2 * hs, *gv = gctxh + 3 * hs;
+  kernels::attention_backward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(), A.probs.data(), gctxh, gq, gk, gv);
+  float* gqkv = ensure(gw, static_cast<std::size_t>(T) * qkv_l);
+  merge_heads_grad(gq, gk, gv, gqkv);
+  mm_at_acc(h, qkv_l, T, A.xn1.data(), gqkv, G(li.qkv));
+  float* gxn1 = ensure(gtmp, Th);
+  mm_bt(T, h, qkv_l, gqkv, P(li.qkv), gxn1);
+  tp_allreduce(gxn1, Th);
+  ln_backward(x, li.ln1_g, li.ln1_b, A.mean1.data(), A.rstd1.data(), gxn1, gln);
+  add_into(Th, gln, g);
+}
+
+void Trainer::Impl::ln_backward(const float* x, int gid, int bid, const float* mean, const float* rstd, const float* gy, float* gx) {
+  kernels::layernorm_backward(T, h, x, P(gid), mean, rstd, gy, gx, ensure(lnd_g, h), ensure(lnd_b, h));
+  add_into(h, lnd_g.data(), G(gid));
+  add_into(h, lnd_b.data(), G(bid));
+}
+
+void Trainer::Impl::moe_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn) {
+  const std::size_t ECh = static_cast<std::size_t>(E) * C * h;
+  const std::size_t ECph = static_cast<std::size_t>(E) * Cp * h;
+  std::vector<float> gweight(static_cast<std::size_t>(T) * k);
+  float* gcb = ensure(send, std::max(ECh, ECph * t));
+  kernels::combine_backward(A.gate, A.cbuf.data(), g, h, gcb, gweight.data());
+  const float* a2a_in = gcb;
+  if (split) {  // backward of the final all-gather: this rank's slice
+    slice_cap(gcb, ensure(gath, ECph));
+    a2a_in = gath.data();
+  }
+  collective(Coll::all_to_all, *ep, a2a_in, ensure(recv, ECph), ECph, kEpAllToAll);
+  const float* src = recv.data();
+  int S = e;
+  if (etp_split) {  // backward of the DTD drop: all-gather
+    collective(Coll::all_gather, *tp, recv.data(), ensure(gath, ECph * t), ECph * t, kTpAllGather);
+    src = gath.data();
+    S = t * e;
+  }
+  const int R = S * Cp;
+  const std::size_t rows_h = static_cast<std::size_t>(El) * R * h;
+  float* geout = ensure(gmoe, rows_h);
+  to_expert_major(src, geout, S);
+  Tensor& ga1 = scratch_out;
+  ensure(ga1, static_cast<std::size_t>(R) * Fe);
+  Tensor gf1;
+  ensure(gf1, static_cast<std::size_t>(R) * F1e);
+  float* gein = ensure(gw, rows_h);
+  for (int x = 0; x < El; ++x) {
+    const float* go = geout + static_cast<std::size_t>(x) * R * h;
+    const float* w1 = P(li.efc1) + static_cast<std::size_t>(x) * h * F1e;
+    const float* w2 = P(li.efc2) + static_cast<std::size_t>(x) * Fe * h;
+    const float* f1 = A.ef1.data() + static_cast<std::size_t>(x) * R * F1e;
+    const float* a1 = A.ea1.data() + static_cast<std::size_t>(x) * R * Fe;
+    mm_bt(R, Fe, h, go, w2, ga1.data());
+    mm_at_acc(Fe, h, R, a1, go, G(li.efc2) + static_cast<std::size_t>(x) * Fe * h);
+    activation_backward(R, Fe, f1, ga1.data(), gf1.data());
+    mm_at_acc(h, F1e, R, A.ein.data() + static_cast<std::size_t>(x) * R * h, gf1.data(),
+              G(li.efc1) + static_cast<std::size_t>(x) * h * F1e);
+    mm_bt(R, h, F1e, gf1.data(), w1, gein + static_cast<std::size_t>(x) * R * h);
+  }
+  if (cfg.expert_tp && t > 1) tp_allreduce(gein, rows_h);
+  float* back = ensure(gmoe, rows_h);
+  from_expert_major(gein, back, S);
+  const float* a2a_back = etp_split ? back + static_cast<std::size_t>(ti) * ECph : back;  // backward of all-gather
+  collective(Coll::all_to_all, *ep, a2a_back, ensure(recv, ECph), ECph, kEpAllToAll);
+  float* gdb = ensure(gw, ECh);
+  if (split) {  // backward of the DTD slice: all-gather
+    collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather);
+    unslice_cap(send.data(), gdb);
+  } else {
+    std::memcpy(gdb, recv.data(), sizeof(float) * ECh);
+  }
+  kernels::dispatch_backward(A.gate, gdb, h, gxn);
+  // Gate.
+  float* glog = ensure(gath, static_cast<std::size_t>(T) * E);
+  kernels::gating_backward(A.gate, gweight.data(), opt.aux_loss_coef / static_cast<float>(nmb_global), glog);
+  mm_at_acc(h, E, T, A.xn2.data(), glog, G(li.gate));
+  mm_bt(T, h, E, glog, P(li.gate), gxn, 1.0f);
+}
+
+}  // namespace tedsim::runtime
