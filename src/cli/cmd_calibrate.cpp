@@ -11,6 +11,7 @@
 
 #include "tedsim/calibration/calibrate.hpp"
 #include "tedsim/comm/communicator.hpp"
+#include "tedsim/comm/mpi_session.hpp"
 #include "tedsim/kernels/device.hpp"
 #include "tedsim/spec/data_files.hpp"
 #endif
@@ -28,28 +29,6 @@ struct CalibrateOptions {
   double step_factor = 0;
 };
 
-// MPI_Init on construction (unless already initialised), MPI_Finalize on destruction.
-class MpiSession {
- public:
-  MpiSession() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        throw RunError("MPI_Init failed (run under mpirun, or as a single process)");
-      owner_ = true;
-    }
-  }
-  ~MpiSession() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owner_ && !finalized) MPI_Finalize();
-  }
-
- private:
-  bool owner_ = false;
-};
 
 int run_calibrate(const CalibrateOptions& o) {
   calibration::CalibrationOptions c;

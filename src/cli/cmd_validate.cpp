@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "inputs.hpp"
+#include "tedsim/comm/mpi_session.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/comm/communicator.hpp"
 #include "tedsim/core/error.hpp"
@@ -39,23 +40,6 @@ struct ValidateOptions {
   double tolerance = 0.25;
 };
 
-// MPI for the duration of the command (unless the caller already initialized it).
-struct MpiSession {
-  bool owned = false;
-  MpiSession() {
-    int init = 0;
-    MPI_Initialized(&init);
-    if (!init) {
-      MPI_Init(nullptr, nullptr);
-      owned = true;
-    }
-  }
-  ~MpiSession() {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (owned && !fin) MPI_Finalize();
-  }
-};
 
 bool given(const CLI::App* cmd, const char* option) { return cmd->count(option) > 0; }
 
