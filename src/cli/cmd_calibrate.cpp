@@ -7,7 +7,6 @@
 #include "tedsim/core/error.hpp"
 
 #if TEDSIM_CALIBRATION_AVAILABLE
-#include <mpi.h>
 
 #include "tedsim/calibration/calibrate.hpp"
 #include "tedsim/comm/communicator.hpp"
