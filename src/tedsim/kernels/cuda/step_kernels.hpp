@@ -1,0 +1,93 @@
+#pragma once
+// CUDA kernels the training step needs beyond cuda_kernels.hpp: the backward passes, the
+// embedding and vocabulary-parallel cross-entropy, and the layout moves of attention heads and
+// expert buffers. Plain C++ (no CUDA headers); every pointer is device memory; everything is fp32
+// storage and is queued on the default stream (call synchronize() before reading results).
+// Each function mirrors the CPU kernel or the CPU trainer helper named in its comment, with the
+// same argument order and the same overwrite / accumulate contract, so the GPU tests can compare
+// them one to one.
+#include <cstddef>
+#include <cstdint>
+
+#include "tedsim/kernels/cpu/gemm.hpp"
+#include "tedsim/kernels/cuda/cuda_kernels.hpp"
+
+namespace tedsim::kernels::cuda {
+
+// ---------------------------------------------------------------- memory
+void* device_malloc(std::size_t bytes);                 // cudaMalloc; throws RunError naming the size
+void device_free(void* ptr) noexcept;                   // cudaFree; ignores null
+// cudaMemcpyDefault, synchronous for host endpoints: host<->device and device<->device.
+void copy(void* dst, const void* src, std::size_t bytes);
+// cudaMemcpy2DAsync device-to-device: `rows` rows of `row_bytes` each.
+void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t row_bytes,
+             std::size_t rows);
+void fill_zero(void* ptr, std::size_t bytes);           // cudaMemsetAsync
+
+// ---------------------------------------------------------------- GEMM
+// Row-major fp32 A, B, C with cpu::gemm()'s semantics (GemmOp alpha/beta/transposes), multiplied
+// on bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF): fp32 master weights
+// and activations, bf16 arithmetic.
+void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
+                       int ldb, float* c, int ldc);
+
+// ---------------------------------------------------------------- element-wise
+void add_into(std::size_t n, const float* a, float* y);  // y += a
+void scale(std::size_t n, float alpha, float* y);        // y *= alpha
+
+// ---------------------------------------------------------------- normalization / activations
+// cpu/layernorm.hpp layernorm_backward: grad_x, grad_gamma, grad_beta overwritten.
+void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
+                        const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma, float* grad_beta);
+// cpu/activations.hpp swiglu_backward (fp32): grad_x [rows, 2F] overwritten.
+void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x);
+
+// ---------------------------------------------------------------- attention
+// cpu/attention.hpp attention_forward: probs [heads, s, s] saved (masked entries 0).
+void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causal, const float* q, const float* k,
+                                    const float* v, float* probs, float* out);
+// cpu/attention.hpp attention_backward: grad_q, grad_k, grad_v overwritten.
+void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
+                        const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v);
+
+// Head layouts of the trainer (runtime/trainer_layers.cpp), b sequences of s tokens:
+// qkv [b*s, q_l + 2*kvd_l] -> q, k, v [b*heads, s, hd], kv heads repeated heads/kv_heads times.
+void split_heads(int b, int s, int heads, int kv_heads, int hd, const float* qkv, float* q, float* k, float* v);
+// Backward of split_heads: grad_qkv overwritten, repeated kv heads summed.
+void merge_heads_grad(int b, int s, int heads, int kv_heads, int hd, const float* grad_q, const float* grad_k,
+                      const float* grad_v, float* grad_qkv);
+// [b*heads, s, hd] <-> [b*s, heads*hd].
+void heads_to_tokens(int b, int s, int heads, int hd, const float* src, float* dst);
+void tokens_to_heads(int b, int s, int heads, int hd, const float* src, float* dst);
+
+// ---------------------------------------------------------------- MoE
+// cpu/dispatch.hpp dispatch_backward / combine_backward with the gating arrays of DeviceGating
+// (expert/position/weight [T,k]). Overwrite their outputs.
+void dispatch_backward(int tokens, int k, int experts, int capacity, int hidden, const int* expert,
+                       const int* position, const float* grad_buf, float* grad_x);
+void combine_backward(int tokens, int k, int experts, int capacity, int hidden, const int* expert,
+                      const int* position, const float* weight, const float* buf, const float* grad_out,
+                      float* grad_buf, float* grad_weight);
+// cpu/gating.hpp gating_backward on the device gating output: grad_logits [T,E] overwritten.
+void gating_backward(const DeviceGating& fwd, const float* grad_weight, float grad_aux, float* grad_logits);
+
+// ---------------------------------------------------------------- embedding and loss
+// ids [T] global token ids (int32, device). Rows whose id is outside [v0, v0 + v_local) are zero.
+void embedding_forward(int tokens, int hidden, int v0, int v_local, const std::int32_t* ids, const float* table,
+                       float* out);
+// table_grad[id - v0, :] += grad_out[t, :] for owned ids (atomic: ids repeat).
+void embedding_backward(int tokens, int hidden, int v0, int v_local, const std::int32_t* ids, const float* grad_out,
+                        float* table_grad);
+// Vocabulary-parallel cross-entropy, as runtime/trainer_head.cpp does it on the CPU, in three steps
+// around the tensor-group all-reduces:
+// 1. row_max[t] = max_v logits[t, v]; target_logit[t] = logits[t, target - v0] if owned else 0.
+void ce_max_and_target(int tokens, int v_local, int v0, const float* logits, const std::int32_t* targets,
+                       float* row_max, float* target_logit);
+// 2. logits[t, v] = exp(logits[t, v] - row_max[t]) in place; row_sum[t] = sum_v of those.
+void ce_exp_and_sum(int tokens, int v_local, const float* row_max, float* logits, float* row_sum);
+// 3. logits[t, v] = exp_logits[t, v] * scale / row_sum[t], minus scale at the owned target: the
+//    gradient of scale * sum_t CE_t with respect to the logits.
+void ce_gradient(int tokens, int v_local, int v0, const std::int32_t* targets, const float* row_sum, float scale,
+                 float* logits);
+
+}  // namespace tedsim::kernels::cuda
