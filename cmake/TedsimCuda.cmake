@@ -35,6 +35,17 @@ if(TEDSIM_CUDA AND CMAKE_CUDA_COMPILER)
     set(TEDSIM_HAVE_NCCL ON)
   endif()
   message(STATUS "tedsim: CUDA ${CUDAToolkit_VERSION} found, NCCL: ${TEDSIM_HAVE_NCCL} (${NCCL_LIBRARY})")
+  # GPU tests are registered only where a GPU answers at configure time (this machine may build
+  # CUDA code without having a GPU).
+  set(TEDSIM_GPU_FOUND FALSE)
+  find_program(TEDSIM_NVIDIA_SMI nvidia-smi)
+  if(TEDSIM_NVIDIA_SMI)
+    execute_process(COMMAND ${TEDSIM_NVIDIA_SMI} -L RESULT_VARIABLE _smi_rc OUTPUT_VARIABLE _smi_out ERROR_QUIET
+                    TIMEOUT 20)
+    if(_smi_rc EQUAL 0 AND _smi_out MATCHES "GPU [0-9]+:")
+      set(TEDSIM_GPU_FOUND TRUE)
+    endif()
+  endif()
 else()
   message(STATUS "tedsim: building without CUDA (CPU backend only)")
 endif()

@@ -151,6 +151,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         << " ms\n";
     out << "memory measured: peak of the step's own tensors (fp32 weights, grads, Adam state, activations, buffers); "
         << "process max RSS " << fixed(run.max_rss_bytes / 1048576.0, 1) << " MiB\n";
+    if (backend == Backend::cuda && bytes_of(in.model.dtype) < 4)
+      out << "note: the CUDA step keeps fp32 tensors (GEMMs multiply in bf16 on tensor cores) and communicates fp32, "
+          << "while the prediction assumes " << to_string(in.model.dtype)
+          << " activations and messages: expect measured memory and collective times above the prediction\n";
     out << "loss: " << fixed(run.losses.front(), 4) << " (first step) -> " << fixed(run.losses.back(), 4) << " (last)\n";
     const double err = run.iteration.median > 0 ? (pred.sim.iteration_s - run.iteration.median) / run.iteration.median : 0;
     if (std::fabs(err) <= o.tolerance)
@@ -212,7 +216,8 @@ void register_validate(CLI::App& app, Action& action) {
   add_input_options(*cmd, o->in);  // --gpus defaults to the MPI world size here
   cmd->add_option("--config", o->config, "validation config YAML (model, topology, gpus, tp, ep, micro_batch, ...)");
   add_config_options(*cmd, o->knobs);
-  cmd->add_option("--backend", o->backend, "cpu (fp32, Eigen, MPI) or cuda")->capture_default_str();
+  cmd->add_option("--backend", o->backend,
+                  "cpu (fp32, Eigen, MPI) or cuda (fp32 tensors, bf16 tensor-core GEMMs, NCCL; one rank per GPU)")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "warm-up iterations (not timed)")->capture_default_str();
   cmd->add_option("--iters", o->iters, "measured iterations")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of the parameters and the synthetic data")->capture_default_str();

@@ -45,11 +45,15 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
     std::vector<double> mx{st.seconds};
     world.host_max(mx);
     run.iteration_s.push_back(mx[0]);
-    float sum[kPhaseCount];
-    for (int p = 0; p < kPhaseCount; ++p) sum[p] = static_cast<float>(st.phase[p]);
-    if (world.size() > 1) world.all_reduce(sum, sum, kPhaseCount, Dtype::fp32);
+    // Mean over ranks through host_max with one slot per rank: the control plane works on host
+    // values whatever the data backend (NCCL reduces device memory only).
+    const int n = world.size();
+    std::vector<double> slots(static_cast<std::size_t>(n) * kPhaseCount, -1.0);
+    for (int p = 0; p < kPhaseCount; ++p) slots[static_cast<std::size_t>(world.rank()) * kPhaseCount + p] = st.phase[p];
+    world.host_max(slots);
     std::array<double, kPhaseCount> mean{};
-    for (int p = 0; p < kPhaseCount; ++p) mean[p] = sum[p] / world.size();
+    for (int r = 0; r < n; ++r)
+      for (int p = 0; p < kPhaseCount; ++p) mean[p] += slots[static_cast<std::size_t>(r) * kPhaseCount + p] / n;
     phases.push_back(mean);
   }
   run.iteration = spread_of(run.iteration_s);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tedsim/core/error.hpp"
 
@@ -55,7 +56,7 @@ int ParamStore::add(ParamInfo info) {
   return static_cast<int>(infos_.size()) - 1;
 }
 
-void ParamStore::finalize(std::uint64_t seed, int nonexpert_group, int expert_group) {
+void ParamStore::finalize(std::uint64_t seed, int nonexpert_group, int expert_group, MemorySpace& memory) {
   std::size_t n[2] = {0, 0};
   for (auto& p : infos_) {
     p.offset = n[p.expert];
@@ -66,18 +67,21 @@ void ParamStore::finalize(std::uint64_t seed, int nonexpert_group, int expert_gr
   zeros(expert_, pad(std::max<std::size_t>(n[1], 1), expert_group));
   zeros(nonexpert_grad_, nonexpert_.size());
   zeros(expert_grad_, expert_.size());
+  // Values are made on the host and copied into the store's memory (a device's, for CUDA).
+  std::vector<float> host;
   for (std::size_t id = 0; id < infos_.size(); ++id) {
     const ParamInfo& p = infos_[id];
-    float* w = param(static_cast<int>(id));
+    host.resize(p.numel);
     for (std::size_t i = 0; i < p.numel; ++i) {
-      w[i] = p.mean + (p.std > 0 ? init_value(seed, p.tensor_id, p.slice.global_index(i), p.std) : 0.0f);
+      host[i] = p.mean + (p.std > 0 ? init_value(seed, p.tensor_id, p.slice.global_index(i), p.std) : 0.0f);
     }
+    if (p.numel) memory.upload(param(static_cast<int>(id)), host.data(), p.numel * sizeof(float));
   }
 }
 
 void ParamStore::zero_grads() {
-  std::memset(nonexpert_grad_.data(), 0, nonexpert_grad_.size() * sizeof(float));
-  std::memset(expert_grad_.data(), 0, expert_grad_.size() * sizeof(float));
+  nonexpert_grad_.fill_zero();
+  expert_grad_.fill_zero();
 }
 
 }  // namespace tedsim::runtime

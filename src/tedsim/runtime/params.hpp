@@ -50,8 +50,9 @@ class ParamStore {
  public:
   // Returns the index of the new parameter; offsets are assigned by finalize().
   int add(ParamInfo info);
-  // Lays out the flat buffers (padding each to a multiple of its group size) and initializes.
-  void finalize(std::uint64_t seed, int nonexpert_group, int expert_group);
+  // Lays out the flat buffers (padding each to a multiple of its group size) in the current memory
+  // space and initializes them through `memory` (the same space).
+  void finalize(std::uint64_t seed, int nonexpert_group, int expert_group, MemorySpace& memory);
 
   std::vector<ParamInfo>& infos() { return infos_; }
   const std::vector<ParamInfo>& infos() const { return infos_; }

@@ -11,17 +11,13 @@ const char* phase_key(int phase) {
   return phase >= 0 && phase < kPhaseCount ? keys[phase] : "?";
 }
 
-void require_step_backend(Backend backend) {
-  if (backend == Backend::cpu) return;
-  std::string why;
-  const bool device = cuda_device_available(&why);
-  throw RunError(std::string("--backend cuda: the CUDA backend of the training step is not built yet") +
-                 (device ? "" : " (and there is no CUDA device here: " + why + ")") +
-                 "; use --backend cpu");
-}
+void require_step_backend(Backend backend) { require_step_ops(backend); }
 
 Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o)
-    : world(w),
+    : ops_holder(make_step_ops(w.backend())),
+      ops(*ops_holder),
+      memory_scope(ops.memory()),
+      world(w),
       model(m),
       cfg(c),
       opt(o),
@@ -39,7 +35,7 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
   edp = &groups->expert_data();
   setup_dims();
   register_params();
-  store.finalize(opt.seed, dp->size(), edp->size());
+  store.finalize(opt.seed, dp->size(), edp->size(), ops.memory());
   const std::size_t ne_shard = cfg.zero == 0 ? store.params(false).size() : store.params(false).size() / dp->size();
   const std::size_t ex_shard = cfg.zero == 0 ? store.params(true).size() : store.params(true).size() / edp->size();
   zeros(m_ne, ne_shard);
@@ -179,14 +175,14 @@ void Trainer::Impl::register_params() {
 void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph) {
   if (mode == CommMode::replay) {
     Tensor& saved = (*cur_stash)[stash_next++];
-    std::memcpy(recvbuf, saved.data(), recv_count * sizeof(float));
+    ops.copy(recvbuf, saved.data(), recv_count);
     return;
   }
   const int n = comm.size();
-  const double t0 = now_s();
   if (n == 1) {  // a group of one moves nothing: its copy counts as compute, as in the cost model
-    if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, recv_count * sizeof(float));
+    ops.copy(recvbuf, sendbuf, recv_count);
   } else {
+    const double t0 = clock();
     switch (kind) {
       case Coll::all_reduce: comm.all_reduce(sendbuf, recvbuf, recv_count, Dtype::fp32); break;
       case Coll::all_gather: comm.all_gather(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
@@ -196,7 +192,8 @@ void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendb
     phase[ph] += now_s() - t0;
   }
   if (mode == CommMode::record) {
-    cur_stash->emplace_back(recvbuf, recvbuf + recv_count);
+    cur_stash->emplace_back();
+    ops.copy(ensure(cur_stash->back(), recv_count), recvbuf, recv_count);
   }
 }
 
@@ -263,14 +260,21 @@ std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool bac
 
 StepStats Trainer::Impl::step() {
   phase.fill(0);
-  const double t0 = now_s();
+  const double t0 = clock();
   store.zero_grads();
   std::array<double, 3> sums = run_micro_batches(iter, true);
   sync_and_update();
-  const double t1 = now_s();
-  // Global loss: sum of the replicas' shares (TP ranks of a replica hold the same numbers).
+  const double t1 = clock();
+  // Global loss: sum of the replicas' shares (TP ranks of a replica hold the same numbers), reduced
+  // in the backend's memory (NCCL reduces device buffers only).
   float red3[3] = {static_cast<float>(sums[0]), static_cast<float>(sums[1]), static_cast<float>(sums[2])};
-  if (d > 1) dp->all_reduce(red3, red3, 3, Dtype::fp32);
+  if (d > 1) {
+    float* dev = ensure(loss_sums, 3);
+    ops.from_host(red3, dev, 3);
+    dp->all_reduce(dev, dev, 3, Dtype::fp32);
+    dp->wait();
+    ops.to_host(dev, red3, 3);
+  }
   StepStats st;
   st.loss = red3[0];
   st.ce_loss = red3[1];

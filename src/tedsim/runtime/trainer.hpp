@@ -1,5 +1,5 @@
 #pragma once
-// The TED training step (DESIGN.md section 4), CPU backend: a GPT-style pre-LayerNorm MoE decoder
+// The TED training step (DESIGN.md section 4) on the CPU or a CUDA device (step_ops.hpp): a GPT-style pre-LayerNorm MoE decoder
 // (no biases in linear layers, no positional embedding: causal attention alone orders tokens) with
 //  - vocabulary-parallel embedding / LM head (tied or not) and cross-entropy over the tensor group;
 //  - Megatron tensor parallelism for attention and dense MLPs;
@@ -59,7 +59,7 @@ struct Checksum {
   double abs = 0;         // sum of |value|, the scale for comparisons
 };
 
-// Throws RunError for backends the training step does not support in this build (cuda).
+// Throws RunError when the step cannot run on `backend` here (cuda without a CUDA build or device).
 void require_step_backend(Backend backend);
 
 class Trainer {

@@ -2,7 +2,8 @@
 // Internal to the runtime: the state of a Trainer (Trainer::Impl) and the helpers its parts share.
 // trainer.cpp builds the groups and parameters and runs micro-batches and the step;
 // trainer_layers.cpp runs the layers forward and backward; trainer_head.cpp the embedding, LM head
-// and loss; trainer_sync.cpp the gradient sync, the optimizer and the checksums.
+// and loss; trainer_sync.cpp the gradient sync, the optimizer and the checksums. Tensors live in
+// the backend's memory and every operation on them goes through `ops` (step_ops.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,14 +12,8 @@
 #include <map>
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/core/error.hpp"
-#include "tedsim/kernels/cpu/activations.hpp"
-#include "tedsim/kernels/cpu/adam.hpp"
-#include "tedsim/kernels/cpu/attention.hpp"
-#include "tedsim/kernels/cpu/dispatch.hpp"
-#include "tedsim/kernels/cpu/gating.hpp"
-#include "tedsim/kernels/cpu/gemm.hpp"
-#include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/runtime/data.hpp"
+#include "tedsim/runtime/step_ops.hpp"
 #include "tedsim/runtime/trainer.hpp"
 
 namespace tedsim::runtime {
@@ -28,31 +23,6 @@ using Clock = std::chrono::steady_clock;
 inline double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 constexpr float kLnEps = 1e-5f;
-
-// Row-major GEMM helpers. C = A B, C = A B^T, C += A^T B.
-inline void mm(int m, int n, int k, const float* a, const float* b, float* c, float beta = 0.0f) {
-  kernels::GemmOp op;
-  op.beta = beta;
-  kernels::gemm(op, m, n, k, a, k, b, n, c, n);
-}
-inline void mm_bt(int m, int n, int k, const float* a, const float* b, float* c, float beta = 0.0f) {
-  kernels::GemmOp op;
-  op.trans_b = true;
-  op.beta = beta;
-  kernels::gemm(op, m, n, k, a, k, b, k, c, n);
-}
-// c[m,n] += a^T b with a stored [k,m], b stored [k,n].
-inline void mm_at_acc(int m, int n, int k, const float* a, const float* b, float* c) {
-  kernels::GemmOp op;
-  op.trans_a = true;
-  op.beta = 1.0f;
-  kernels::gemm(op, m, n, k, a, m, b, n, c, n);
-}
-
-inline void add_into(std::size_t n, const float* a, float* y) {
-#pragma omp simd
-  for (std::size_t i = 0; i < n; ++i) y[i] += a[i];
-}
 
 enum class CommMode { live, record, replay };
 
@@ -66,7 +36,7 @@ struct LayerActs {
   Tensor xn1, mean1, rstd1, q, kx, vx, probs, ctxh, ctx, x1, xn2, mean2, rstd2;
   Tensor f1, a1;                                  // dense MLP
   Tensor logits, ein, ef1, ea1, cbuf;             // MoE
-  kernels::GatingOutput gate;
+  std::unique_ptr<Routing> gate;                  // made by the ops on first use, reused
   void release_all() {
     for (Tensor* t : {&xn1, &mean1, &rstd1, &q, &kx, &vx, &probs, &ctxh, &ctx, &x1, &xn2, &mean2, &rstd2, &f1, &a1,
                       &logits, &ein, &ef1, &ea1, &cbuf})
@@ -78,6 +48,11 @@ struct LayerActs {
 using namespace step_detail;
 
 struct Trainer::Impl {
+  // First members: every Tensor below allocates from ops' memory space, so the ops must be made
+  // before and destroyed after all of them.
+  std::unique_ptr<StepOps> ops_holder;
+  StepOps& ops;
+  ScopedMemorySpace memory_scope;
   Communicator& world;
   ModelSpec model;
   ParallelConfig cfg;
@@ -106,8 +81,11 @@ struct Trainer::Impl {
   std::vector<LayerActs> acts;              // per layer without checkpointing, one (reused) with it
   std::vector<std::vector<Tensor>> stash;   // CAC: per layer, collective outputs of the first forward
   Tensor xf, lnf_mean, lnf_rstd, logits, red, gbuf, gtmp, gtmp2, scratch_out, lnd_g, lnd_b;
-  Tensor send, recv, gath, gmoe, gw;        // MoE communication / gradient scratch
-  std::vector<std::int32_t> tokens, targets;
+  Tensor send, recv, gath, gmoe, gw, gweight;  // MoE communication / gradient scratch
+  Tensor loss_sums;                            // the step's loss shares, reduced over replicas
+  std::vector<std::int32_t> tokens, targets;  // host: the ops upload what they need
+  std::vector<float> host_red;                // host copy of the cross-entropy row statistics
+  std::vector<std::int32_t> host_expert, host_position;  // host copies of routing choices
 
   // Optimizer state for the owned shards.
   Tensor m_ne, v_ne, m_ex, v_ex;
@@ -125,6 +103,33 @@ struct Trainer::Impl {
   Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o);
 
   void setup_dims();
+
+  // The step's clock: waits for queued device work first, so a phase timer measures the work.
+  double clock() {
+    ops.fence();
+    return now_s();
+  }
+
+  // Row-major GEMM helpers. C = A B, C = A B^T, C += A^T B (a stored [k,m], b stored [k,n]).
+  void mm(int m, int n, int kk, const float* a, const float* bm, float* c, float beta = 0.0f) {
+    kernels::GemmOp op;
+    op.beta = beta;
+    ops.gemm(op, m, n, kk, a, kk, bm, n, c, n);
+  }
+  void mm_bt(int m, int n, int kk, const float* a, const float* bm, float* c, float beta = 0.0f) {
+    kernels::GemmOp op;
+    op.trans_b = true;
+    op.beta = beta;
+    ops.gemm(op, m, n, kk, a, kk, bm, kk, c, n);
+  }
+  void mm_at_acc(int m, int n, int kk, const float* a, const float* bm, float* c) {
+    kernels::GemmOp op;
+    op.trans_a = true;
+    op.beta = 1.0f;
+    ops.gemm(op, m, n, kk, a, m, bm, n, c, n);
+  }
+  void add_into(std::size_t n, const float* a, float* y) { ops.add_into(n, a, y); }
+  HeadShape head_shape() const { return HeadShape{b, s, a_l, kv_l, hd}; }
 
   // ---------------------------------------------------------------- parameters
   int add_param(const std::string& name, const std::string& kind, int id, bool expert, bool tp_replicated, Slice sl,
@@ -152,12 +157,6 @@ struct Trainer::Impl {
   // [S][El][Cp][h] <-> [El][S][Cp][h].
   void to_expert_major(const float* src, float* dst, int S);
   void from_expert_major(const float* src, float* dst, int S);
-  // qkv [T, qkv_l] -> q, kx, vx [b*a_l, s, hd] (kv heads repeated for grouped-query attention).
-  void split_heads(const float* qkv, float* q, float* kx, float* vx);
-  void merge_heads_grad(const float* gq, const float* gk, const float* gv, float* gqkv);
-  // [b*a_l, s, hd] <-> [T, q_l].
-  void heads_to_tokens(const float* src, float* dst);
-  void tokens_to_heads(const float* src, float* dst);
 
   void activation_forward(int rows, int width, const float* x, float* y);
   void activation_backward(int rows, int width, const float* x, const float* gy, float* gx);

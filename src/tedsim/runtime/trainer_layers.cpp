@@ -5,114 +5,62 @@
 namespace tedsim::runtime {
 
 void Trainer::Impl::slice_cap(const float* src, float* dst) {
-  for (int x = 0; x < E; ++x)
-    std::memcpy(dst + static_cast<std::size_t>(x) * Cp * h, src + (static_cast<std::size_t>(x) * C + ti * Cp) * h,
-                sizeof(float) * Cp * h);
+  const std::size_t blk = static_cast<std::size_t>(Cp) * h;
+  ops.copy_rows(dst, blk, src + static_cast<std::size_t>(ti) * blk, static_cast<std::size_t>(C) * h, blk, E);
 }
 
 void Trainer::Impl::unslice_cap(const float* src, float* dst) {
+  const std::size_t blk = static_cast<std::size_t>(Cp) * h;
   for (int r = 0; r < t; ++r)
-    for (int x = 0; x < E; ++x)
-      std::memcpy(dst + (static_cast<std::size_t>(x) * C + r * Cp) * h,
-                  src + (static_cast<std::size_t>(r) * E + x) * Cp * h, sizeof(float) * Cp * h);
+    ops.copy_rows(dst + r * blk, static_cast<std::size_t>(C) * h, src + static_cast<std::size_t>(r) * E * blk, blk,
+                  blk, E);
 }
 
 void Trainer::Impl::to_expert_major(const float* src, float* dst, int S) {
   const std::size_t blk = static_cast<std::size_t>(Cp) * h;
   for (int sr = 0; sr < S; ++sr)
-    for (int x = 0; x < El; ++x)
-      std::memcpy(dst + (static_cast<std::size_t>(x) * S + sr) * blk, src + (static_cast<std::size_t>(sr) * El + x) * blk,
-                  sizeof(float) * blk);
+    ops.copy_rows(dst + sr * blk, S * blk, src + static_cast<std::size_t>(sr) * El * blk, blk, blk, El);
 }
 
 void Trainer::Impl::from_expert_major(const float* src, float* dst, int S) {
   const std::size_t blk = static_cast<std::size_t>(Cp) * h;
   for (int sr = 0; sr < S; ++sr)
-    for (int x = 0; x < El; ++x)
-      std::memcpy(dst + (static_cast<std::size_t>(sr) * El + x) * blk, src + (static_cast<std::size_t>(x) * S + sr) * blk,
-                  sizeof(float) * blk);
-}
-
-void Trainer::Impl::split_heads(const float* qkv, float* q, float* kx, float* vx) {
-  const int grp = a_l / kv_l;
-  for (int bi = 0; bi < b; ++bi)
-    for (int p = 0; p < s; ++p) {
-      const float* row = qkv + static_cast<std::size_t>(bi * s + p) * qkv_l;
-      for (int hi = 0; hi < a_l; ++hi) {
-        const std::size_t o = (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd;
-        const int j = hi / grp;
-        std::memcpy(q + o, row + hi * hd, sizeof(float) * hd);
-        std::memcpy(kx + o, row + q_l + j * hd, sizeof(float) * hd);
-        std::memcpy(vx + o, row + q_l + kvd_l + j * hd, sizeof(float) * hd);
-      }
-    }
-}
-
-void Trainer::Impl::merge_heads_grad(const float* gq, const float* gk, const float* gv, float* gqkv) {
-  const int grp = a_l / kv_l;
-  std::memset(gqkv, 0, sizeof(float) * T * qkv_l);
-  for (int bi = 0; bi < b; ++bi)
-    for (int p = 0; p < s; ++p) {
-      float* row = gqkv + static_cast<std::size_t>(bi * s + p) * qkv_l;
-      for (int hi = 0; hi < a_l; ++hi) {
-        const std::size_t o = (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd;
-        const int j = hi / grp;
-        std::memcpy(row + hi * hd, gq + o, sizeof(float) * hd);
-        add_into(hd, gk + o, row + q_l + j * hd);
-        add_into(hd, gv + o, row + q_l + kvd_l + j * hd);
-      }
-    }
-}
-
-void Trainer::Impl::heads_to_tokens(const float* src, float* dst) {
-  for (int bi = 0; bi < b; ++bi)
-    for (int hi = 0; hi < a_l; ++hi)
-      for (int p = 0; p < s; ++p)
-        std::memcpy(dst + static_cast<std::size_t>(bi * s + p) * q_l + hi * hd,
-                    src + (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd, sizeof(float) * hd);
-}
-
-void Trainer::Impl::tokens_to_heads(const float* src, float* dst) {
-  for (int bi = 0; bi < b; ++bi)
-    for (int hi = 0; hi < a_l; ++hi)
-      for (int p = 0; p < s; ++p)
-        std::memcpy(dst + (static_cast<std::size_t>(bi * a_l + hi) * s + p) * hd,
-                    src + static_cast<std::size_t>(bi * s + p) * q_l + hi * hd, sizeof(float) * hd);
+    ops.copy_rows(dst + static_cast<std::size_t>(sr) * El * blk, blk, src + sr * blk, S * blk, blk, El);
 }
 
 void Trainer::Impl::activation_forward(int rows, int width, const float* x, float* y) {
   if (swiglu)
-    kernels::swiglu_forward(rows, width, x, y);
+    ops.swiglu_forward(rows, width, x, y);
   else
-    kernels::gelu_forward(static_cast<std::size_t>(rows) * width, x, y);
+    ops.gelu_forward(static_cast<std::size_t>(rows) * width, x, y);
 }
 
 void Trainer::Impl::activation_backward(int rows, int width, const float* x, const float* gy, float* gx) {
   if (swiglu)
-    kernels::swiglu_backward(rows, width, x, gy, gx);
+    ops.swiglu_backward(rows, width, x, gy, gx);
   else
-    kernels::gelu_backward(static_cast<std::size_t>(rows) * width, x, gy, gx);
+    ops.gelu_backward(static_cast<std::size_t>(rows) * width, x, gy, gx);
 }
 
 void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* out) {
   const LayerIds& li = ids[l];
   const std::size_t Th = static_cast<std::size_t>(T) * h;
   // Attention.
-  kernels::layernorm_forward(T, h, kLnEps, x, P(li.ln1_g), P(li.ln1_b), ensure(A.xn1, Th), ensure(A.mean1, T),
+  ops.layernorm_forward(T, h, kLnEps, x, P(li.ln1_g), P(li.ln1_b), ensure(A.xn1, Th), ensure(A.mean1, T),
                              ensure(A.rstd1, T));
   Tensor& qkv = A.ctx;  // reused: qkv is dead once split into heads
   mm(T, qkv_l, h, A.xn1.data(), P(li.qkv), ensure(qkv, static_cast<std::size_t>(T) * qkv_l));
   const std::size_t hs = static_cast<std::size_t>(b) * a_l * s * hd;
-  split_heads(qkv.data(), ensure(A.q, hs), ensure(A.kx, hs), ensure(A.vx, hs));
-  kernels::attention_forward(b * a_l, s, hd, true, A.q.data(), A.kx.data(), A.vx.data(),
+  ops.split_heads(head_shape(), qkv.data(), ensure(A.q, hs), ensure(A.kx, hs), ensure(A.vx, hs));
+  ops.attention_forward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(),
                              ensure(A.probs, static_cast<std::size_t>(b) * a_l * s * s), ensure(A.ctxh, hs));
-  heads_to_tokens(A.ctxh.data(), ensure(A.ctx, static_cast<std::size_t>(T) * q_l));
+  ops.heads_to_tokens(head_shape(), A.ctxh.data(), ensure(A.ctx, static_cast<std::size_t>(T) * q_l));
   float* x1 = ensure(A.x1, Th);
   mm(T, h, q_l, A.ctx.data(), P(li.out), x1);
   tp_allreduce(x1, Th);
   add_into(Th, x, x1);
   // MLP or MoE.
-  kernels::layernorm_forward(T, h, kLnEps, x1, P(li.ln2_g), P(li.ln2_b), ensure(A.xn2, Th), ensure(A.mean2, T),
+  ops.layernorm_forward(T, h, kLnEps, x1, P(li.ln2_g), P(li.ln2_b), ensure(A.xn2, Th), ensure(A.mean2, T),
                              ensure(A.rstd2, T));
   if (!li.moe) {
     mm(T, F1_l, h, A.xn2.data(), P(li.fc1), ensure(A.f1, static_cast<std::size_t>(T) * F1_l));
@@ -133,12 +81,15 @@ void Trainer::Impl::moe_forward(const LayerIds& li, LayerActs& A, float* out) {
   gc.k = k;
   gc.capacity_factor = model.moe.capacity_factor;
   gc.min_capacity = C;  // the rounded capacity (>= the formula's)
-  kernels::gating_forward(A.logits.data(), T, E, gc, A.gate);
-  aux_sum += A.gate.aux_loss;
+  if (!A.gate) A.gate = ops.make_routing();
+  const Routing& gate = *A.gate;
+  ops.gating_forward(A.logits.data(), T, E, gc, *A.gate);
+  aux_sum += ops.aux_loss(gate);
+  ops.routing_choices(gate, host_expert, host_position);
   for (int i = 0; i < T * k; ++i)
-    routing_sig = mix64(routing_sig ^ static_cast<std::uint64_t>(A.gate.expert[i] * 131 + A.gate.position[i] + 7));
+    routing_sig = mix64(routing_sig ^ static_cast<std::uint64_t>(host_expert[i] * 131 + host_position[i] + 7));
   float* dbuf = ensure(A.cbuf, ECh);  // cbuf reused as the dispatch buffer until the combine input is built
-  kernels::dispatch(A.gate, A.xn2.data(), h, dbuf);
+  ops.dispatch(gate, A.xn2.data(), h, dbuf);
   const float* a2a_in = dbuf;
   if (split) {
     slice_cap(dbuf, ensure(send, ECph));
@@ -175,9 +126,9 @@ void Trainer::Impl::moe_forward(const LayerIds& li, LayerActs& A, float* out) {
     collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather);
     unslice_cap(send.data(), cb);
   } else {
-    std::memcpy(cb, recv.data(), sizeof(float) * ECh);
+    ops.copy(cb, recv.data(), ECh);
   }
-  kernels::combine(A.gate, cb, h, out);
+  ops.combine(gate, cb, h, out);
 }
 
 void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g) {
@@ -206,11 +157,11 @@ void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g
   mm_at_acc(q_l, h, T, A.ctx.data(), g, G(li.out));
   const std::size_t hs = static_cast<std::size_t>(b) * a_l * s * hd;
   float* gctxh = ensure(gmoe, 4 * hs);
-  tokens_to_heads(gctx, gctxh);
+  ops.tokens_to_heads(head_shape(), gctx, gctxh);
   float *gq = gctxh + hs, *gk = gctxh + 2 * hs, *gv = gctxh + 3 * hs;
-  kernels::attention_backward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(), A.probs.data(), gctxh, gq, gk, gv);
+  ops.attention_backward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(), A.probs.data(), gctxh, gq, gk, gv);
   float* gqkv = ensure(gw, static_cast<std::size_t>(T) * qkv_l);
-  merge_heads_grad(gq, gk, gv, gqkv);
+  ops.merge_heads_grad(head_shape(), gq, gk, gv, gqkv);
   mm_at_acc(h, qkv_l, T, A.xn1.data(), gqkv, G(li.qkv));
   float* gxn1 = ensure(gtmp, Th);
   mm_bt(T, h, qkv_l, gqkv, P(li.qkv), gxn1);
@@ -220,7 +171,7 @@ void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g
 }
 
 void Trainer::Impl::ln_backward(const float* x, int gid, int bid, const float* mean, const float* rstd, const float* gy, float* gx) {
-  kernels::layernorm_backward(T, h, x, P(gid), mean, rstd, gy, gx, ensure(lnd_g, h), ensure(lnd_b, h));
+  ops.layernorm_backward(T, h, x, P(gid), mean, rstd, gy, gx, ensure(lnd_g, h), ensure(lnd_b, h));
   add_into(h, lnd_g.data(), G(gid));
   add_into(h, lnd_b.data(), G(bid));
 }
@@ -228,9 +179,10 @@ void Trainer::Impl::ln_backward(const float* x, int gid, int bid, const float* m
 void Trainer::Impl::moe_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn) {
   const std::size_t ECh = static_cast<std::size_t>(E) * C * h;
   const std::size_t ECph = static_cast<std::size_t>(E) * Cp * h;
-  std::vector<float> gweight(static_cast<std::size_t>(T) * k);
+  const Routing& gate = *A.gate;
+  float* gwt = ensure(gweight, static_cast<std::size_t>(T) * k);
   float* gcb = ensure(send, std::max(ECh, ECph * t));
-  kernels::combine_backward(A.gate, A.cbuf.data(), g, h, gcb, gweight.data());
+  ops.combine_backward(gate, A.cbuf.data(), g, h, gcb, gwt);
   const float* a2a_in = gcb;
   if (split) {  // backward of the final all-gather: this rank's slice
     slice_cap(gcb, ensure(gath, ECph));
@@ -276,12 +228,12 @@ void Trainer::Impl::moe_backward(const LayerIds& li, LayerActs& A, const float* 
     collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather);
     unslice_cap(send.data(), gdb);
   } else {
-    std::memcpy(gdb, recv.data(), sizeof(float) * ECh);
+    ops.copy(gdb, recv.data(), ECh);
   }
-  kernels::dispatch_backward(A.gate, gdb, h, gxn);
+  ops.dispatch_backward(gate, gdb, h, gxn);
   // Gate.
   float* glog = ensure(gath, static_cast<std::size_t>(T) * E);
-  kernels::gating_backward(A.gate, gweight.data(), opt.aux_loss_coef / static_cast<float>(nmb_global), glog);
+  ops.gating_backward(gate, gwt, opt.aux_loss_coef / static_cast<float>(nmb_global), glog);
   mm_at_acc(h, E, T, A.xn2.data(), glog, G(li.gate));
   mm_bt(T, h, E, glog, P(li.gate), gxn, 1.0f);
 }
