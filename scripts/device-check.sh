@@ -1,6 +1,7 @@
 #!/bin/bash
 # One-GPU device check: build for the GPU (sm_90), run ctest (GPU tests register themselves when
-# nvidia-smi sees a GPU), then a quick CUDA calibration on one rank. Logs and the profile go to
+# nvidia-smi sees a GPU), a quick CUDA calibration on one rank, and a one-GPU validation of the
+# gpu-moe model against the prediction from that profile. Logs, the profile and the validation JSON go to
 # OUTDIR. Budget: under 8 minutes on a 16-core machine with an H200.
 #   scripts/device-check.sh OUTDIR
 # Before the session's first GPU call, run scripts/device-deps.sh here and carry .devdeps.
@@ -68,13 +69,22 @@ grep -c "gpu" "$OUT/ctest.log" | sed 's/^/lines mentioning gpu tests: /' || true
 section "quick CUDA calibration, 1 rank"
 cal_rc=0
 timeout 150 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" calibrate --backend cuda --quick \
-  --model ted-1.3b --topology h200 --out "$OUT/profile-cuda-quick.json" > "$OUT/calibrate.log" 2>&1 || cal_rc=$?
+  --model gpu-moe --topology h200 --out "$OUT/profile-cuda-quick.json" > "$OUT/calibrate.log" 2>&1 || cal_rc=$?
 tail -25 "$OUT/calibrate.log"
 if [ -s "$OUT/profile-cuda-quick.json" ]; then
   "$BUILD/tedsim" profile show "$OUT/profile-cuda-quick.json" > "$OUT/profile-show.txt" 2>&1 || true
   head -14 "$OUT/profile-show.txt"
 fi
 
+section "validate on one GPU: gpu-moe (~3.7B parameters, ~57 GiB), predicted from the quick profile"
+val_rc=0
+profile_arg=()
+[ -s "$OUT/profile-cuda-quick.json" ] && profile_arg=(--profile "$OUT/profile-cuda-quick.json")
+timeout 200 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model gpu-moe \
+  --topology h200 --gpus 1 --tp 1 --ep 1 --micro-batch 1 --global-batch 8 --zero 1 --warmup 2 --iters 5 \
+  "${profile_arg[@]}" --json "$OUT/validate-gpu-moe.json" > "$OUT/validate.log" 2>&1 || val_rc=$?
+tail -30 "$OUT/validate.log"
+
 section "summary"
-echo "ctest rc=$ctest_rc calibrate rc=$cal_rc total $(( $(date +%s) - START )) s; logs in $OUT"
-test "$ctest_rc" -eq 0 && test "$cal_rc" -eq 0
+echo "ctest rc=$ctest_rc calibrate rc=$cal_rc validate rc=$val_rc total $(( $(date +%s) - START )) s; logs in $OUT"
+test "$ctest_rc" -eq 0 && test "$cal_rc" -eq 0 && test "$val_rc" -eq 0
