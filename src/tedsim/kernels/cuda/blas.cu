@@ -1,11 +1,13 @@
 // cuBLAS / cuBLASLt GEMMs for row-major operands. cuBLAS is column-major; a row-major [r,c]
 // matrix is the column-major [c,r] matrix, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T: swap the operands and the m/n sizes, keep each operand's transpose flag.
-// Compute type is always CUBLAS_COMPUTE_32F (fp32 accumulate; tensor cores for fp16/bf16).
+// Compute type is CUBLAS_COMPUTE_32F (fp32 accumulate; tensor cores for fp16/bf16), except
+// gemm_bf16_compute, which keeps fp32 storage and lets cuBLAS round the operands to bf16.
 #include <cublasLt.h>
 
 #include "tedsim/kernels/cuda/common.cuh"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
+#include "tedsim/kernels/cuda/step_kernels.hpp"
 
 namespace tedsim::kernels::cuda {
 
@@ -46,6 +48,14 @@ void gemm(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, cons
   const cudaDataType_t t = cuda_type(type);
   TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b, t, ldb,
                                    a, t, lda, &op.beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
+                       int ldb, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b,
+                                   CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &op.beta, c, CUDA_R_32F, ldc,
+                                   CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
 }
 
 void gemm_strided_batched(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda,

@@ -43,6 +43,10 @@ void layernorm_backward(int rows, int hidden, const float* x, const float* gamma
 void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x);
 
 // ---------------------------------------------------------------- attention
+// One block per (row, head) keeps a score row in shared memory: seq is bounded by the device's
+// shared memory per block (InputError beyond it; the backward's limit is about 28K on Hopper) and
+// heads by 65535. The backward is deterministic (no atomics) and queues a stream-ordered scratch
+// allocation of heads * seq floats.
 // cpu/attention.hpp attention_forward: probs [heads, s, s] saved (masked entries 0).
 void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causal, const float* q, const float* k,
                                     const float* v, float* probs, float* out);
@@ -51,7 +55,8 @@ void attention_backward(int heads, int seq, int head_dim, const float* q, const 
                         const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v);
 
 // Head layouts of the trainer (runtime/trainer_layers.cpp), b sequences of s tokens:
-// qkv [b*s, q_l + 2*kvd_l] -> q, k, v [b*heads, s, hd], kv heads repeated heads/kv_heads times.
+// qkv [b*s, q_l + 2*kvd_l] -> q, k, v [b*heads, s, hd], kv heads repeated heads/kv_heads times
+// (heads must be a multiple of kv_heads: InputError otherwise).
 void split_heads(int b, int s, int heads, int kv_heads, int hd, const float* qkv, float* q, float* k, float* v);
 // Backward of split_heads: grad_qkv overwritten, repeated kv heads summed.
 void merge_heads_grad(int b, int s, int heads, int kv_heads, int hd, const float* grad_q, const float* grad_k,
@@ -62,7 +67,8 @@ void tokens_to_heads(int b, int s, int heads, int hd, const float* src, float* d
 
 // ---------------------------------------------------------------- MoE
 // cpu/dispatch.hpp dispatch_backward / combine_backward with the gating arrays of DeviceGating
-// (expert/position/weight [T,k]). Overwrite their outputs.
+// (expert/position/weight [T,k]). Overwrite their outputs (combine_backward zero-fills all of
+// grad_buf, having no kept counts, then writes the kept slots: the CPU's result).
 void dispatch_backward(int tokens, int k, int experts, int capacity, int hidden, const int* expert,
                        const int* position, const float* grad_buf, float* grad_x);
 void combine_backward(int tokens, int k, int experts, int capacity, int hidden, const int* expert,
