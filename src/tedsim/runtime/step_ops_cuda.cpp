@@ -36,7 +36,7 @@ class CudaStepOps final : public StepOps {
   void fence() override { cu::synchronize(); }
 
   void copy(float* dst, const float* src, std::size_t n) override {
-    if (n && dst != src) cu::copy_2d(dst, n * sizeof(float), src, n * sizeof(float), n * sizeof(float), 1);
+    if (n && dst != src) cu::copy(dst, src, n * sizeof(float));
   }
   void copy_rows(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride, std::size_t row_len,
                  std::size_t rows) override {
