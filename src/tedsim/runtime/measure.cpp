@@ -34,7 +34,9 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
   MeasuredRun run;
   run.warmup = warmup;
   run.iterations = iterations;
-  Trainer trainer(world, model, config, options);
+  TrainerOptions measured = options;
+  measured.track_routing = false;  // no host copies of routing inside timed iterations
+  Trainer trainer(world, model, config, measured);
   run.description = trainer.describe();
   for (int i = 0; i < warmup; ++i) run.losses.push_back(trainer.step().loss);
   std::vector<std::array<double, kPhaseCount>> phases;

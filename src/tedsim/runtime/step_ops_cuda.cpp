@@ -5,6 +5,9 @@
 // Host arrays the interface hands over (token ids, targets) are uploaded into small device
 // buffers; scalars the trainer needs on the host (the aux loss, routing choices) are downloaded.
 #include <cstring>
+#include <unordered_map>
+
+#include "tedsim/core/error.hpp"
 
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
@@ -15,13 +18,54 @@ namespace {
 
 namespace cu = kernels::cuda;
 
+// Device memory with a cache of freed blocks by exact size, as PyTorch's caching allocator does:
+// cudaFree synchronizes the device and cudaMalloc of large blocks takes milliseconds, and the step
+// frees and re-allocates the same sizes every micro-batch (CAC stashes, backward scratch). Reuse
+// is safe because every kernel runs on the default stream and collectives are waited for before
+// the step goes on. Cached blocks are not counted as live tensor memory (MemoryCounter), like
+// PyTorch's "reserved" against "allocated".
 class DeviceMemory final : public MemorySpace {
  public:
-  void* allocate(std::size_t bytes) override { return cu::device_malloc(bytes); }
-  void deallocate(void* ptr) noexcept override { cu::device_free(ptr); }
+  ~DeviceMemory() override { release_cache(); }
+  void* allocate(std::size_t bytes) override {
+    auto it = cache_.find(bytes);
+    if (it != cache_.end()) {
+      void* ptr = it->second;
+      cache_.erase(it);
+      sizes_[ptr] = bytes;
+      return ptr;
+    }
+    void* ptr = nullptr;
+    try {
+      ptr = cu::device_malloc(bytes);
+    } catch (const RunError&) {  // out of memory: give the cached blocks back and try once more
+      release_cache();
+      ptr = cu::device_malloc(bytes);
+    }
+    sizes_[ptr] = bytes;
+    return ptr;
+  }
+  void deallocate(void* ptr) noexcept override {
+    auto it = sizes_.find(ptr);
+    if (it == sizes_.end()) return;
+    try {
+      cache_.emplace(it->second, ptr);
+    } catch (...) {  // no memory for the cache entry: free the block instead
+      cu::device_free(ptr);
+    }
+    sizes_.erase(it);
+  }
   void zero(void* ptr, std::size_t bytes) override { cu::fill_zero(ptr, bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override { cu::copy(dst, src, bytes); }
   void upload(void* dst, const void* host_src, std::size_t bytes) override { cu::copy(dst, host_src, bytes); }
+
+ private:
+  void release_cache() noexcept {
+    for (auto& [bytes, ptr] : cache_) cu::device_free(ptr);
+    cache_.clear();
+  }
+  std::unordered_multimap<std::size_t, void*> cache_;  // freed blocks by size
+  std::unordered_map<void*, std::size_t> sizes_;       // live blocks
 };
 
 struct CudaRouting final : Routing {

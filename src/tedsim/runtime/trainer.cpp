@@ -271,6 +271,7 @@ StepStats Trainer::Impl::step() {
   if (d > 1) {
     float* dev = ensure(loss_sums, 3);
     ops.from_host(red3, dev, 3);
+    ops.fence();  // NCCL's stream is not ordered after the copy
     dp->all_reduce(dev, dev, 3, Dtype::fp32);
     dp->wait();
     ops.to_host(dev, red3, 3);
@@ -305,6 +306,16 @@ double Trainer::loss_only(std::int64_t iteration) { return impl_->run_micro_batc
 std::uint64_t Trainer::routing_signature() const { return impl_->routing_sig; }
 std::vector<Checksum> Trainer::checksums() { return impl_->checksums(); }
 ParamStore& Trainer::params() { return impl_->store; }
+std::vector<float> Trainer::param_to_host(int id) {
+  std::vector<float> v(impl_->store.info(id).numel);
+  impl_->ops.to_host(impl_->store.param(id), v.data(), v.size());
+  return v;
+}
+std::vector<float> Trainer::grad_to_host(int id) {
+  std::vector<float> v(impl_->store.info(id).numel);
+  impl_->ops.to_host(impl_->store.grad(id), v.data(), v.size());
+  return v;
+}
 int Trainer::capacity() const { return impl_->C; }
 std::int64_t Trainer::iteration() const { return impl_->iter; }
 

@@ -43,6 +43,7 @@ struct TrainerOptions {
   std::string data_file;          // empty: synthetic tokens
   double data_noise = 0.1;
   std::size_t optimizer_tile = 1 << 16;  // elements per tiled expert Adam call
+  bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
 };
 
 struct StepStats {
@@ -77,13 +78,19 @@ class Trainer {
   // accumulated over micro-batches, not synchronized, no optimizer). Returns this rank's loss share.
   double loss_and_grads(std::int64_t iteration);
   double loss_only(std::int64_t iteration);
-  // Hash of every MoE routing decision of the last forward (detects routing flips).
+  // Hash of every MoE routing decision of the last forward (detects routing flips); 0 without
+  // TrainerOptions::track_routing.
   std::uint64_t routing_signature() const;
 
   // Collective over the world: per-kind checksums of the global model, then "all".
   std::vector<Checksum> checksums();
 
+  // The parameter store; its param()/grad() pointers are in the backend's memory (device
+  // memory for cuda): host code reads them through the *_to_host accessors below.
   ParamStore& params();
+  // Host copies of parameter / gradient `id` (any backend).
+  std::vector<float> param_to_host(int id);
+  std::vector<float> grad_to_host(int id);
   int capacity() const;                 // C per MoE layer per micro-batch (after rounding)
   std::int64_t iteration() const;       // iterations done
   std::string describe() const;         // data source, tokens, capacity

@@ -85,9 +85,11 @@ void Trainer::Impl::moe_forward(const LayerIds& li, LayerActs& A, float* out) {
   const Routing& gate = *A.gate;
   ops.gating_forward(A.logits.data(), T, E, gc, *A.gate);
   aux_sum += ops.aux_loss(gate);
-  ops.routing_choices(gate, host_expert, host_position);
-  for (int i = 0; i < T * k; ++i)
-    routing_sig = mix64(routing_sig ^ static_cast<std::uint64_t>(host_expert[i] * 131 + host_position[i] + 7));
+  if (opt.track_routing) {  // a device-to-host copy on GPUs: off in measured runs
+    ops.routing_choices(gate, host_expert, host_position);
+    for (int i = 0; i < T * k; ++i)
+      routing_sig = mix64(routing_sig ^ static_cast<std::uint64_t>(host_expert[i] * 131 + host_position[i] + 7));
+  }
   float* dbuf = ensure(A.cbuf, ECh);  // cbuf reused as the dispatch buffer until the combine input is built
   ops.dispatch(gate, A.xn2.data(), h, dbuf);
   const float* a2a_in = dbuf;

@@ -152,11 +152,11 @@ __global__ void backward_key_rows_kernel(int seq, int d, float scale, const floa
 // a row longer than the device allows is an input the caller has to change (shorter sequences).
 template <class Kernel>
 void allow_shared_row(Kernel kernel, std::size_t bytes, const char* what) {
-  if (bytes <= 48 * 1024) return;
+  const std::size_t static_bytes = 32 * sizeof(float);  // the kernels' __shared__ scratch[32]
+  if (bytes + static_bytes <= 48 * 1024) return;           // static + dynamic within the default
   int device = 0, optin = 0;
   TEDSIM_CUDA_CHECK(cudaGetDevice(&device));
   TEDSIM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const std::size_t static_bytes = 32 * sizeof(float);
   if (bytes + static_bytes > static_cast<std::size_t>(optin)) {
     throw InputError(std::string(what) + ": the shared-memory row needs " + std::to_string(bytes) +
                      " bytes, the device allows " + std::to_string(optin) + " (sequence too long)");
