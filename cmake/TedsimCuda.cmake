@@ -38,12 +38,15 @@ if(TEDSIM_CUDA AND CMAKE_CUDA_COMPILER)
   # GPU tests are registered only where a GPU answers at configure time (this machine may build
   # CUDA code without having a GPU).
   set(TEDSIM_GPU_FOUND FALSE)
+  set(TEDSIM_GPU_COUNT 0)
   find_program(TEDSIM_NVIDIA_SMI nvidia-smi)
   if(TEDSIM_NVIDIA_SMI)
     execute_process(COMMAND ${TEDSIM_NVIDIA_SMI} -L RESULT_VARIABLE _smi_rc OUTPUT_VARIABLE _smi_out ERROR_QUIET
                     TIMEOUT 20)
     if(_smi_rc EQUAL 0 AND _smi_out MATCHES "GPU [0-9]+:")
       set(TEDSIM_GPU_FOUND TRUE)
+      string(REGEX MATCHALL "GPU [0-9]+:" _gpus "${_smi_out}")
+      list(LENGTH _gpus TEDSIM_GPU_COUNT)
     endif()
   endif()
 else()

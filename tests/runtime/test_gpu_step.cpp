@@ -3,11 +3,13 @@
 //  - the gradients of every parameter kind after one forward/backward (two micro-batches, so
 //    accumulation is included) agree within the rounding of bf16 GEMM inputs (relative L2 error);
 //  - 3 training steps give the same losses and move the parameters the same way;
-//  - checkpointing with CAC does not change the CUDA step's numbers.
+//  - checkpointing with CAC does not change the CUDA step's numbers;
+//  - on two GPUs (NCCL), tensor, expert and data parallel steps give the CPU golden run's losses.
 // The model is the gradient check's (large initial weights, decisive routing) so that every
 // gradient is far from zero and no routing decision sits on a tie.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -143,6 +145,41 @@ TEST_F(GpuStep, CheckpointingWithCacChangesNothing) {
   // Not bit-exact: the embedding gradient is summed with atomics, in any order.
   expect_close_by_kind(plain.updates, ckpt.updates, 1e-2, "checkpoint + CAC");
 }
+
+// Two ranks, one GPU each: the NCCL collectives of the step (TP all-reduces, expert all-to-alls,
+// DTD all-gathers, data-parallel gradient sync) against a 1-rank CPU run made by rank 0.
+class GpuStepNp2 : public ::testing::TestWithParam<std::array<int, 2>> {};
+
+TEST_P(GpuStepNp2, LossesMatchCpuGolden) {
+  Communicator& world = runtime_world();
+  std::string why;
+  if (cuda_device_count(&why) < world.size()) GTEST_SKIP() << "needs one CUDA device per rank: " << why;
+  if (world.size() != 2) GTEST_SKIP() << "runs on two ranks";
+  const ModelSpec m = small_moe(2);
+  std::vector<double> golden(3, 0.0);
+  {
+    auto self = world.split(std::vector<int>{world.rank()}, "golden");
+    if (world.rank() == 0) golden = train(*self, m, one_rank(false), 3).losses;
+  }
+  std::vector<double> shared = golden;  // rank 0's golden losses to every rank
+  world.host_max(shared);
+  auto gpu_world = make_world_communicator(Backend::cuda);
+  ParallelConfig c = one_rank(true);
+  c.gpus = 2;
+  c.tp = GetParam()[0];
+  c.ep = GetParam()[1];
+  c.dtd = true;
+  const Trained gpu = train(*gpu_world, m, c, 3);
+  for (std::size_t i = 0; i < shared.size(); ++i)
+    EXPECT_NEAR(shared[i], gpu.losses[i], 5e-3 * std::fabs(shared[i])) << "loss of step " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(TensorExpertData, GpuStepNp2,
+                         ::testing::Values(std::array<int, 2>{2, 1}, std::array<int, 2>{1, 2},
+                                           std::array<int, 2>{1, 1}),
+                         [](const auto& info) {
+                           return "t" + std::to_string(info.param[0]) + "e" + std::to_string(info.param[1]);
+                         });
 
 }  // namespace
 }  // namespace tedsim::test
