@@ -160,7 +160,8 @@ TEST(Gating, NoDropModeKeepsEverything) {
 TEST(GatingPaths, VectorAndPortableMatchReference) {
   struct Shape { int tokens, experts, k; };
   const Shape shapes[] = {{19, 1, 1}, {40, 3, 2}, {64, 8, 1}, {75, 9, 2}, {130, 16, 1}, {131, 16, 2}, {97, 17, 3},
-                          {64, 24, 8}, {85, 33, 2}, {72, 63, 1}, {203, 64, 2}, {48, 64, 5}, {33, 65, 2}, {40, 100, 1}};
+                          {64, 24, 8}, {85, 33, 2}, {72, 63, 1}, {203, 64, 2}, {48, 64, 5}, {72, 64, 8}, {41, 40, 6},
+                          {33, 65, 2}, {40, 100, 1}};
   for (const Shape& s : shapes) {
     for (int variant = 0; variant < 2; ++variant) {
       auto logits = test::random_vector(static_cast<std::size_t>(s.tokens) * s.experts, 31 + variant, -3, 3);
@@ -178,6 +179,21 @@ TEST(GatingPaths, VectorAndPortableMatchReference) {
       expect_same_routing(fused, ref);
       expect_same_routing(portable, ref);
     }
+  }
+}
+
+// Outputs larger than the row kernel's streaming-store threshold (8 MiB of probs), plus a tail
+// of T % 8 tokens after the streamed groups.
+TEST(GatingPaths, LargeOutputsMatchReference) {
+  const int T = 32771, E = 64;
+  auto logits = test::random_vector(static_cast<std::size_t>(T) * E, 41, -3, 3);
+  for (int k : {1, 2, 8}) {
+    const GatingConfig cfg{k, 1.0, 4, true};
+    GatingOutput ref, fused;
+    gating_forward_reference(logits.data(), T, E, cfg, ref);
+    gating_forward(logits.data(), T, E, cfg, fused);
+    SCOPED_TRACE("k=" + std::to_string(k));
+    expect_same_routing(fused, ref);
   }
 }
 
