@@ -17,26 +17,16 @@
 #include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/device.hpp"
+#include "gpu_test_support.hpp"
 
 namespace tedsim::kernels {
 namespace {
 
 namespace cu = tedsim::kernels::cuda;
 
-class Gpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << describe_cuda_unavailable();
-  }
-};
+using gpu_test::Gpu;
 
-std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using gpu_test::random_vector;
 
 double rel_tol(Dtype t) { return t == Dtype::bf16 ? 1e-2 : (t == Dtype::fp16 ? 1e-3 : 1e-5); }
 

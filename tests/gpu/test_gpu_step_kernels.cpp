@@ -23,6 +23,7 @@
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
 #include "tedsim/kernels/device.hpp"
+#include "gpu_test_support.hpp"
 
 namespace tedsim::kernels {
 namespace {
@@ -31,20 +32,9 @@ namespace cu = tedsim::kernels::cuda;
 
 constexpr float kGarbage = 12345.0f;  // initial value of outputs that must be overwritten
 
-class GpuStep : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << describe_cuda_unavailable();
-  }
-};
+using GpuStep = gpu_test::Gpu;
 
-std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using gpu_test::random_vector;
 
 std::vector<std::int32_t> random_ids(std::size_t n, unsigned seed, int lo, int hi) {
   std::mt19937 rng(seed);
