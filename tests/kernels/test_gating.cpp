@@ -161,7 +161,11 @@ TEST(GatingPaths, VectorAndPortableMatchReference) {
   struct Shape { int tokens, experts, k; };
   const Shape shapes[] = {{19, 1, 1}, {40, 3, 2}, {64, 8, 1}, {75, 9, 2}, {130, 16, 1}, {131, 16, 2}, {97, 17, 3},
                           {64, 24, 8}, {85, 33, 2}, {72, 63, 1}, {203, 64, 2}, {48, 64, 5}, {72, 64, 8}, {41, 40, 6},
-                          {33, 65, 2}, {40, 100, 1}};
+                          {33, 65, 2}, {40, 100, 1},
+                          // E = 16, k <= 2 (per-row pipelined kernel): T below, at and just past its
+                          // 4-token pipeline, odd tails, and T past two 256-token sum blocks.
+                          {1, 16, 1}, {3, 16, 2}, {4, 16, 1}, {5, 16, 2}, {7, 16, 1}, {8, 16, 2},
+                          {259, 16, 1}, {515, 16, 2}, {16, 16, 3}};
   for (const Shape& s : shapes) {
     for (int variant = 0; variant < 2; ++variant) {
       auto logits = test::random_vector(static_cast<std::size_t>(s.tokens) * s.experts, 31 + variant, -3, 3);
@@ -220,6 +224,52 @@ TEST(GatingPaths, NegativeInfinityLogitsAreChosenLastByIndex) {
     EXPECT_EQ(fused.expert[1 * k + 0], 2);
     if (k >= 2) {
       EXPECT_EQ(fused.expert[1 * k + 1], 0);
+    }
+  }
+}
+
+// E = 16, k = 1, 2 (row kernel): -inf lanes, an exact tie at the max and one below it, a tie of
+// all lanes, and rows the vector path cannot take (a NaN, a +inf, all -inf) go the scalar route in
+// token order, between vector tokens: choices and positions as the portable path's.
+TEST(GatingPaths, E16SpecialRows) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const int T = 23, E = 16;
+  auto logits = test::random_vector(static_cast<std::size_t>(T) * E, 57, -3, 3);
+  auto row = [&](int t) { return logits.data() + static_cast<std::size_t>(t) * E; };
+  for (int e = 0; e < E; e += 3) row(1)[e] = -inf;
+  row(2)[5] = row(2)[12] = 9.0f;                                   // tie at the max
+  row(3)[3] = 9.0f, row(3)[7] = row(3)[14] = 8.0f;                 // tie for the second choice
+  for (int e = 0; e < E; ++e) row(4)[e] = 0.5f;                    // all tied
+  for (int e = 0; e < E; ++e) row(5)[e] = e == 9 ? 1.0f : -inf;    // one finite lane
+  for (int e = 0; e < E; ++e) row(6)[e] = e < 2 ? 1.0f : -inf;     // two finite lanes
+  for (int k : {1, 2}) {
+    const GatingConfig cfg{k, 1.0, 2, true};
+    GatingOutput ref, fused;
+    gating_forward_reference(logits.data(), T, E, cfg, ref);
+    gating_forward(logits.data(), T, E, cfg, fused);
+    SCOPED_TRACE("finite rows, k=" + std::to_string(k));
+    expect_same_routing(fused, ref);
+  }
+  auto special = logits;
+  auto srow = [&](int t) { return special.data() + static_cast<std::size_t>(t) * E; };
+  srow(9)[4] = nan;
+  srow(13)[11] = inf;
+  for (int e = 0; e < E; ++e) srow(17)[e] = -inf;
+  srow(22)[0] = nan;  // the scalar tail
+  for (int k : {1, 2}) {
+    const GatingConfig cfg{k, 1.0, 2, true};
+    GatingOutput fused, portable;
+    gating_forward(special.data(), T, E, cfg, fused);
+    detail::gating_forward_portable(special.data(), T, E, cfg, portable);
+    SCOPED_TRACE("special rows, k=" + std::to_string(k));
+    EXPECT_EQ(fused.expert, portable.expert);
+    EXPECT_EQ(fused.position, portable.position);
+    EXPECT_EQ(fused.routed, portable.routed);
+    EXPECT_EQ(fused.top1_count, portable.top1_count);
+    for (int t : {0, 8, 10, 12, 14, 16, 18, 21}) {
+      for (int j = 0; j < k; ++j) {
+        EXPECT_NEAR(fused.weight[t * k + j], portable.weight[t * k + j], 1e-6) << "t=" << t;
+      }
     }
   }
 }

@@ -25,7 +25,10 @@
 //   the first choices' positions are assigned in pass 1 (token order), top1_count = routed after
 //   them, and pass 2 only walks choices j >= 1. E = 16: 3.2 -> ~7 GB/s (vs_memcpy 0.10 -> ~0.22);
 //   ~92 instructions per token at k = 1 (~30 cycles), a third of them the exponential; the row
-//   kernel at E = 16 measured slower (12.8 vs 10.7 ns per token at k = 1).
+//   kernel at E = 16 measured slower (12.8 vs 10.7 ns per token at k = 1). E = 16 with k <= 2
+//   takes pass1_e16 instead: one token per row of two ymm, software-pipelined over tokens;
+//   1.12-1.2x the transposed kernel in the same process (k = 1: 86 instructions per token against
+//   91, k = 2: 124 against 125; the gain is the shorter dependency chains, not the count).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -937,6 +940,166 @@ void pass1_avx2_transposed(const float* logits, int tokens, GatingOutput& out, d
   std::copy(out.routed.begin(), out.routed.end(), out.top1_count.begin());
 }
 
+// E = 16, k = 1 or 2: one token per row of two ymm (experts 0-7, 8-15), no transposes. Per token:
+// max of the two halves, a horizontal max broadcast to all lanes (3 shuffles + 3 max), argmax as
+// the lowest set bit of the two equal-to-max masks (ties to the lowest index for free), exp of
+// both halves, a horizontal sum and one divide, probs stored row-wise (the row is expert-indexed,
+// so the per-expert sums are two vector adds). The first choice's position is assigned here, in
+// token order (routed = top1_count afterwards), as in the transposed kernel; pass 2 walks j >= 1.
+// k = 2: a tie at the max gives the second lowest set bit; otherwise the max of the row with the
+// max lanes at -inf, and its lowest equal lane. A token whose d = max - x has a NaN (NaN logits,
+// +inf rows, all -inf rows) goes the scalar route, in token order, before any of its outputs are
+// written. Measured against the transposed kernel (same process, alternating, best of 300-1000,
+// T = 65536): the same per-token code unpipelined, 2 or 4 tokens per step interleaved in program
+// order, 0.93-1.05x (the out-of-order window holds ~3 tokens of a ~95-cycle chain); pipelined
+// (below) 1.12-1.2x at k = 1 and k = 2, and the same with the rows L2-resident (T = 2048-4096).
+// Without the exponential (22 of the 86 instructions) a token takes 4.9 instead of 8.5 ns.
+template <int K>
+void pass1_e16(const float* logits, int tokens, GatingOutput& out, double* prob_sum) {
+  constexpr int E = 16;
+  const int C = out.capacity;
+  float* probs = out.probs.data();
+  std::int32_t* expert = out.expert.data();
+  std::int32_t* position = out.position.data();
+  float* weight = out.weight.data();
+  std::int32_t* routed = out.routed.data();
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const std::size_t row = out.experts;  // == E; the runtime value keeps GCC from specializing the scalar route
+  auto scalar_token = [&](std::size_t t) {
+    std::int32_t unused_top1[E] = {};
+    row_scalar(logits + t * row, row, K, probs + t * row, expert + t * K, weight + t * K, unused_top1, prob_sum);
+    const int pos = routed[expert[t * K]]++;
+    position[t * K] = pos < C ? pos : -1;
+    if (pos >= C) weight[t * K] = 0.0f;
+  };
+  auto hmax = [](__m256 v) {
+    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_max_ps(v, _mm256_permute_ps(v, 0x4E));
+    return _mm256_max_ps(v, _mm256_permute_ps(v, 0xB1));
+  };
+  auto hsum = [](__m256 v) {
+    v = _mm256_add_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4E));
+    return _mm256_add_ps(v, _mm256_permute_ps(v, 0xB1));
+  };
+  auto lanes = [](__m256 lo, __m256 hi) {
+    return static_cast<unsigned>(_mm256_movemask_ps(lo)) | (static_cast<unsigned>(_mm256_movemask_ps(hi)) << 8);
+  };
+  // Software pipeline, four stages per token, each on a different token in one loop step: A (t+3)
+  // row max; B (t+2) d = max - x, NaN check, argmax (and k = 2's second choice), exponentials;
+  // D (t+1) horizontal sum and divide; S (t) store probs, sums, position, weights. A token's whole
+  // chain (~95 cycles of latency) would otherwise hold the in-order retirement of ~75 instructions
+  // per token; split, each stage waits only on its own ~30-cycle chain.
+  struct StB {
+    __m256 ea, eb, s;
+    int i0, i1;
+    bool bad;
+  };
+  struct StD {
+    __m256 ea, eb, inv;
+    int i0, i1;
+    bool bad;
+  };
+  auto stage_a = [&](std::size_t t) {
+    const float* x = logits + t * E;
+    return hmax(_mm256_max_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)));
+  };
+  auto stage_b = [&](std::size_t t, __m256 m) {
+    const float* x = logits + t * E;
+    const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
+    const __m256 da = _mm256_sub_ps(m, a), db = _mm256_sub_ps(m, b);
+    StB r;
+    r.bad = _mm256_movemask_ps(_mm256_cmp_ps(da, db, _CMP_UNORD_Q)) != 0;
+    const __m256 eqa = _mm256_cmp_ps(a, m, _CMP_EQ_OQ), eqb = _mm256_cmp_ps(b, m, _CMP_EQ_OQ);
+    const unsigned bits = lanes(eqa, eqb);
+    r.i0 = static_cast<int>(_tzcnt_u32(bits));
+    r.i1 = 0;
+    if constexpr (K == 2) {
+      const unsigned rest = bits & (bits - 1);  // a tie at the max: its second lowest lane
+      const __m256 m1 = hmax(_mm256_max_ps(_mm256_blendv_ps(a, neg_inf, eqa), _mm256_blendv_ps(b, neg_inf, eqb)));
+      const unsigned bits1 = lanes(_mm256_cmp_ps(a, m1, _CMP_EQ_OQ), _mm256_cmp_ps(b, m1, _CMP_EQ_OQ));
+      r.i1 = static_cast<int>(_tzcnt_u32(rest != 0 ? rest : bits1));
+    }
+    r.ea = exp_neg256_softmax(da);
+    r.eb = exp_neg256_softmax(db);
+    r.s = _mm256_add_ps(r.ea, r.eb);
+    return r;
+  };
+  auto stage_d = [&](const StB& b) {
+    return StD{b.ea, b.eb, _mm256_div_ps(one, hsum(b.s)), b.i0, b.i1, b.bad};
+  };
+  auto stage_s = [&](std::size_t t, const StD& d, __m256& acc_a, __m256& acc_b) {
+    if (__builtin_expect(d.bad, 0)) {
+      scalar_token(t);
+      return;
+    }
+    const __m256 pa = _mm256_mul_ps(d.ea, d.inv), pb = _mm256_mul_ps(d.eb, d.inv);
+    float* p = probs + t * E;
+    _mm256_storeu_ps(p, pa);
+    _mm256_storeu_ps(p + 8, pb);
+    acc_a = _mm256_add_ps(acc_a, pa);
+    acc_b = _mm256_add_ps(acc_b, pb);
+    // First choice: exp(0) is exactly 1, so its probability is inv; position in token order.
+    const int pos = routed[d.i0]++;
+    const bool keep = pos < C;
+    expert[t * K] = d.i0;
+    position[t * K] = keep ? pos : -1;
+    weight[t * K] = keep ? _mm256_cvtss_f32(d.inv) : 0.0f;
+    if constexpr (K == 2) {
+      expert[t * 2 + 1] = d.i1;
+      weight[t * 2 + 1] = p[d.i1];
+    }
+  };
+  __m256 acc0a = _mm256_setzero_ps(), acc0b = acc0a, acc1a = acc0a, acc1b = acc0a;
+  auto flush = [&] {
+    alignas(32) float l[4][8];
+    _mm256_store_ps(l[0], acc0a);
+    _mm256_store_ps(l[1], acc0b);
+    _mm256_store_ps(l[2], acc1a);
+    _mm256_store_ps(l[3], acc1b);
+    acc0a = acc0b = acc1a = acc1b = _mm256_setzero_ps();
+    for (int e = 0; e < 8; ++e) {
+      prob_sum[e] += static_cast<double>(l[0][e]) + l[2][e];
+      prob_sum[8 + e] += static_cast<double>(l[1][e]) + l[3][e];
+    }
+  };
+  std::size_t t0 = 0;
+  const std::size_t T = static_cast<std::size_t>(tokens);
+  if (T >= 4) {
+    StB sb = stage_b(0, stage_a(0));
+    StD sd = stage_d(sb);
+    sb = stage_b(1, stage_a(1));
+    __m256 ma = stage_a(2);
+    auto step = [&](std::size_t t, __m256& acc_a, __m256& acc_b) {
+      stage_s(t, sd, acc_a, acc_b);
+      sd = stage_d(sb);
+      sb = stage_b(t + 2, ma);
+      ma = stage_a(t + 3);
+    };
+    // Blocks of kSumBlock tokens (even and odd tokens in separate float sums), then a flush.
+    const std::size_t last = T - 3;
+    while (t0 < last) {
+      const std::size_t end = std::min(last, (t0 / kSumBlock + 1) * kSumBlock);
+      for (; t0 + 2 <= end; t0 += 2) {
+        step(t0, acc0a, acc0b);
+        step(t0 + 1, acc1a, acc1b);
+      }
+      if (t0 < end) step(t0++, acc0a, acc0b);
+      if (t0 % kSumBlock == 0) flush();
+    }
+    stage_s(t0++, sd, acc0a, acc0b);
+    sd = stage_d(sb);
+    sb = stage_b(t0 + 1, ma);
+    stage_s(t0++, sd, acc1a, acc1b);
+    sd = stage_d(sb);
+    stage_s(t0++, sd, acc0a, acc0b);
+  }
+  flush();
+  for (; t0 < T; ++t0) scalar_token(t0);
+  std::copy(out.routed.begin(), out.routed.end(), out.top1_count.begin());
+}
+
 template <int NQ>
 void pass1_transposed_k(const float* logits, int tokens, GatingOutput& out, double* prob_sum) {
   switch (out.k) {
@@ -996,7 +1159,15 @@ void gating_forward_impl(const float* logits, int tokens, int experts, const Gat
   bool done = false, first_done = false;
 #if defined(__AVX2__) && defined(__FMA__)
   if (allow_vector) {
-    done = first_done = pass1_transposed(logits, tokens, out, prob_sum.data());
+    if (experts == 16 && cfg.k <= 2) {
+      if (cfg.k == 1) {
+        pass1_e16<1>(logits, tokens, out, prob_sum.data());
+      } else {
+        pass1_e16<2>(logits, tokens, out, prob_sum.data());
+      }
+      done = first_done = true;
+    }
+    if (!done) done = first_done = pass1_transposed(logits, tokens, out, prob_sum.data());
     if (!done) done = pass1_vector(logits, tokens, out, prob_sum.data());
   }
 #else
