@@ -75,11 +75,7 @@ class StepOps {
   virtual void heads_to_tokens(const HeadShape& s, const float* src, float* dst) = 0;
   virtual void tokens_to_heads(const HeadShape& s, const float* src, float* dst) = 0;
 
-  // MoE routing (kernels/cpu/gating.hpp and dispatch.hpp semantics). The gate's logits, and the
-  // gradient gating_backward writes for them, are [E,T] when expert_major_logits() (the layout
-  // the backend's gating kernel reads fastest; the gate GEMM writes either at the same cost),
-  // else [T,E].
-  virtual bool expert_major_logits() const = 0;
+  // MoE routing (kernels/cpu/gating.hpp and dispatch.hpp semantics).
   virtual std::unique_ptr<Routing> make_routing() = 0;
   virtual void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                               Routing& out) = 0;

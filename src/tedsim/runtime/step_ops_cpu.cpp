@@ -115,7 +115,6 @@ class CpuStepOps final : public StepOps {
   void heads_to_tokens(const HeadShape& sh, const float* src, float* dst) override { permute_heads(sh, src, dst, true); }
   void tokens_to_heads(const HeadShape& sh, const float* src, float* dst) override { permute_heads(sh, src, dst, false); }
 
-  bool expert_major_logits() const override { return false; }
   std::unique_ptr<Routing> make_routing() override { return std::make_unique<CpuRouting>(); }
   void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                       Routing& out) override {

@@ -143,7 +143,6 @@ class CudaStepOps final : public StepOps {
     cu::tokens_to_heads(s.b, s.s, s.heads, s.head_dim, src, dst);
   }
 
-  bool expert_major_logits() const override { return false; }
   std::unique_ptr<Routing> make_routing() override { return std::make_unique<CudaRouting>(); }
   void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                       Routing& out) override {

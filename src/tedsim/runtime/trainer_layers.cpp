@@ -76,14 +76,7 @@ void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* ou
 void Trainer::Impl::moe_forward(const LayerIds& li, LayerActs& A, float* out) {
   const std::size_t ECh = static_cast<std::size_t>(E) * C * h;
   const std::size_t ECph = static_cast<std::size_t>(E) * Cp * h;
-  float* logits = ensure(A.logits, static_cast<std::size_t>(T) * E);
-  if (ops.expert_major_logits()) {  // [E,T] = gate^T xn2^T
-    kernels::GemmOp op;
-    op.trans_a = op.trans_b = true;
-    ops.gemm(op, E, T, h, P(li.gate), E, A.xn2.data(), h, logits, T);
-  } else {
-    mm(T, E, h, A.xn2.data(), P(li.gate), logits);
-  }
+  mm(T, E, h, A.xn2.data(), P(li.gate), ensure(A.logits, static_cast<std::size_t>(T) * E));
   kernels::GatingConfig gc;
   gc.k = k;
   gc.capacity_factor = model.moe.capacity_factor;
@@ -243,16 +236,8 @@ void Trainer::Impl::moe_backward(const LayerIds& li, LayerActs& A, const float* 
   // Gate.
   float* glog = ensure(gath, static_cast<std::size_t>(T) * E);
   ops.gating_backward(gate, gwt, opt.aux_loss_coef / static_cast<float>(nmb_global), glog);
-  if (ops.expert_major_logits()) {  // glog is [E,T]
-    kernels::GemmOp op;
-    op.trans_a = op.trans_b = true;
-    op.beta = 1.0f;
-    ops.gemm(op, h, E, T, A.xn2.data(), h, glog, T, G(li.gate), E);  // += xn2^T glog^T
-    ops.gemm(op, T, h, E, glog, T, P(li.gate), E, gxn, h);           // += glog^T gate^T
-  } else {
-    mm_at_acc(h, E, T, A.xn2.data(), glog, G(li.gate));
-    mm_bt(T, h, E, glog, P(li.gate), gxn, 1.0f);
-  }
+  mm_at_acc(h, E, T, A.xn2.data(), glog, G(li.gate));
+  mm_bt(T, h, E, glog, P(li.gate), gxn, 1.0f);
 }
 
 }  // namespace tedsim::runtime
