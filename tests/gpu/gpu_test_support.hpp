@@ -3,9 +3,9 @@
 // inputs.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
+#include "../kernels/test_util.hpp"
 #include "tedsim/kernels/device.hpp"
 
 namespace tedsim::kernels::gpu_test {
@@ -18,12 +18,6 @@ class Gpu : public ::testing::Test {
   }
 };
 
-inline std::vector<float> random_vector(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_vector;  // tests/kernels/test_util.hpp
 
 }  // namespace tedsim::kernels::gpu_test

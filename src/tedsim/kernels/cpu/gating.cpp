@@ -728,6 +728,20 @@ inline Top2 top2_tree(const __m256* X, int lo) {
   }
 }
 
+// Token t of a group-kernel by the scalar route (tail tokens, NaN groups), then its first
+// choice's capacity position in token order, as the group kernels assign first choices.
+template <int E>
+void scalar_token_first_choice(const float* logits, std::size_t row, int k, int C, std::size_t t, GatingOutput& out,
+                               double* prob_sum) {
+  std::int32_t unused_top1[E] = {};
+  std::int32_t* expert = out.expert.data() + t * k;
+  float* weight = out.weight.data() + t * k;
+  row_scalar(logits + t * row, row, k, out.probs.data() + t * row, expert, weight, unused_top1, prob_sum);
+  const int pos = out.routed[expert[0]]++;
+  out.position[t * k] = pos < C ? pos : -1;
+  if (pos >= C) weight[0] = 0.0f;
+}
+
 // NQ = E / 4 quads of experts; K > 0: k known at compile time, K == 0: any k <= min(E, kMaxTopK).
 // Writes probs, expert, weight (raw probability of each choice, 0 for a dropped first choice),
 // prob_sum, and the first choices' positions: those are in token order, so they are assigned here
@@ -759,11 +773,7 @@ void pass1_avx2_transposed(const float* logits, int tokens, GatingOutput& out, d
   // Token t by the scalar route (tail tokens, NaN groups), then its first choice's position.
   const std::size_t row = out.experts;  // == E; the runtime value keeps GCC from specializing the scalar route
   auto scalar_token = [&](std::size_t t) {
-    std::int32_t unused_top1[E] = {};
-    row_scalar(logits + t * row, row, k, probs + t * row, expert + t * k, weight + t * k, unused_top1, prob_sum);
-    const int pos = routed[expert[t * k]]++;
-    position[t * k] = pos < C ? pos : -1;
-    if (pos >= C) weight[t * k] = 0.0f;
+    scalar_token_first_choice<E>(logits, row, k, C, t, out, prob_sum);
   };
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
 
@@ -967,11 +977,7 @@ void pass1_e16(const float* logits, int tokens, GatingOutput& out, double* prob_
   const __m256 one = _mm256_set1_ps(1.0f);
   const std::size_t row = out.experts;  // == E; the runtime value keeps GCC from specializing the scalar route
   auto scalar_token = [&](std::size_t t) {
-    std::int32_t unused_top1[E] = {};
-    row_scalar(logits + t * row, row, K, probs + t * row, expert + t * K, weight + t * K, unused_top1, prob_sum);
-    const int pos = routed[expert[t * K]]++;
-    position[t * K] = pos < C ? pos : -1;
-    if (pos >= C) weight[t * K] = 0.0f;
+    scalar_token_first_choice<E>(logits, row, K, C, t, out, prob_sum);
   };
   auto hmax = [](__m256 v) {
     v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
