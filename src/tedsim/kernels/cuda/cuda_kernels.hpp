@@ -103,7 +103,8 @@ struct DeviceGating {
 };
 void gating_forward(const float* logits, int tokens, int experts, const GatingConfig& cfg, DeviceGating& out);
 
-// Dispatch [T,h] -> [E,C,h] (empty slots zero) and combine [E,C,h] -> [T,h] with fp32 weights;
+// Dispatch [T,h] -> [E,C,h] (empty slots zero) and combine [E,C,h] -> [T,h] with fp32 weights
+// (weight null: every weight 1);
 // x, buf, out in `type`. expert/position/weight are [T,k] device arrays (e.g. from DeviceGating).
 void dispatch(Dtype type, int tokens, int k, int experts, int capacity, int hidden, const int* expert,
               const int* position, const void* x, void* buf);

@@ -151,7 +151,8 @@ __global__ void combine_kernel(int k, int capacity, int hidden, const int* exper
       const std::size_t i = t * k + j;
       const int pos = position[i];
       if (pos < 0) continue;
-      acc += weight[i] * to_f32(buf[(static_cast<std::size_t>(expert[i]) * capacity + pos) * hidden + c]);
+      const float w = weight ? weight[i] : 1.0f;  // null: unweighted (dispatch_backward)
+      acc += w * to_f32(buf[(static_cast<std::size_t>(expert[i]) * capacity + pos) * hidden + c]);
     }
     out[t * hidden + c] = from_f32<T>(acc);
   }

@@ -15,22 +15,6 @@ __device__ __forceinline__ std::size_t slot_offset(int expert, int position, int
   return (static_cast<std::size_t>(expert) * capacity + position) * hidden;
 }
 
-// One block per token: the sum over its kept choices, in choice order like the CPU.
-__global__ void dispatch_backward_kernel(int k, int capacity, int hidden, const int* expert, const int* position,
-                                         const float* grad_buf, float* grad_x) {
-  const std::size_t t = blockIdx.x;
-  for (int c = threadIdx.x; c < hidden; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const std::size_t i = t * k + j;
-      const int pos = position[i];
-      if (pos < 0) continue;
-      acc += grad_buf[slot_offset(expert[i], pos, capacity, hidden) + c];
-    }
-    grad_x[t * hidden + c] = acc;
-  }
-}
-
 // One block per (token, choice): the weighted row into the slot and the dot product for the
 // weight's gradient. Slots no kept choice points at stay as zero-filled before the launch.
 __global__ void combine_backward_kernel(int k, int capacity, int hidden, const int* expert, const int* position,
@@ -106,12 +90,10 @@ __global__ void gating_backward_kernel(int tokens, int experts, int k, const flo
 
 }  // namespace
 
-void dispatch_backward(int tokens, int k, int /*experts*/, int capacity, int hidden, const int* expert,
+void dispatch_backward(int tokens, int k, int experts, int capacity, int hidden, const int* expert,
                        const int* position, const float* grad_buf, float* grad_x) {
-  if (tokens <= 0 || hidden <= 0) return;
-  dispatch_backward_kernel<<<tokens, detail::row_threads(hidden, 256)>>>(k, capacity, hidden, expert, position,
-                                                                         grad_buf, grad_x);
-  TEDSIM_CUDA_CHECK_LAUNCH();
+  // Dispatch is an unweighted gather, so its backward is combine with every weight 1.
+  combine(Dtype::fp32, tokens, k, experts, capacity, hidden, expert, position, nullptr, grad_buf, grad_x);
 }
 
 void combine_backward(int tokens, int k, int experts, int capacity, int hidden, const int* expert,
