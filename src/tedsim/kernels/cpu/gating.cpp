@@ -964,6 +964,9 @@ void pass1_avx2_transposed(const float* logits, int tokens, GatingOutput& out, d
 // order, 0.93-1.05x (the out-of-order window holds ~3 tokens of a ~95-cycle chain); pipelined
 // (below) 1.12-1.2x at k = 1 and k = 2, and the same with the rows L2-resident (T = 2048-4096).
 // Without the exponential (22 of the 86 instructions) a token takes 4.9 instead of 8.5 ns.
+// Also tried: two tokens per four ymm (one 128-bit half per token), sharing the horizontal max,
+// sum and divide: the same speed, as the saved shuffles came back as inserts, constant broadcasts
+// and spills (reports/bench-kernels.md).
 template <int K>
 void pass1_e16(const float* logits, int tokens, GatingOutput& out, double* prob_sum) {
   constexpr int E = 16;
