@@ -160,6 +160,49 @@ TEST(MeasuredProfileLookup, BeyondTheRangeUsesAnAlphaBetaFitAndWarns) {
   EXPECT_EQ(p.warnings().size(), 2u);
 }
 
+// GEMMs outside the measured shapes (a quick calibration of a small model, asked about a larger
+// one): the local fit may extrapolate, but never past the efficiency (FLOP/s) of the measured
+// neighbours, and the warning quotes that efficiency. An analytic profile sampled on a small grid
+// stands in for the calibration; its efficiency only grows with size, so above the grid the answer
+// is bounded by the best measured rate, below it by the worst.
+TEST(MeasuredProfileLookup, GemmsBeyondTheMeasuredShapesKeepTheNeighboursEfficiency) {
+  const TopologySpec topo = local_cpu();
+  const AnalyticProfile a(topo);
+  ProfileData d = sample_data();
+  d.gemms.clear();
+  double eff_min = 1e300, eff_max = 0;
+  for (std::int64_t m = 16; m <= 128; m *= 2)
+    for (std::int64_t n = 16; n <= 128; n *= 2)
+      for (std::int64_t k = 16; k <= 128; k *= 2) {
+        const GemmShape s{m, n, k, 1, Dtype::fp32};
+        const double t = a.gemm_seconds(s);
+        d.gemms.push_back({s, timing(t)});
+        eff_min = std::min(eff_min, s.flops() / t);
+        eff_max = std::max(eff_max, s.flops() / t);
+      }
+  const MeasuredProfile p(d, topo);
+  for (const GemmShape& s : {GemmShape{512, 512, 512, 1, Dtype::fp32}, GemmShape{2048, 2048, 512, 1, Dtype::fp32},
+                             GemmShape{4, 4, 4, 1, Dtype::fp32}, GemmShape{2, 8, 16, 1, Dtype::fp32}}) {
+    const double eff = s.flops() / p.gemm_seconds(s);
+    EXPECT_LE(eff, eff_max * (1 + 1e-9)) << s.m << "x" << s.n << "x" << s.k;
+    EXPECT_GE(eff, eff_min * (1 - 1e-9)) << s.m << "x" << s.n << "x" << s.k;
+  }
+  // Above the grid the analytic rate keeps rising, so the bound is the best measured rate.
+  const GemmShape big{2048, 2048, 512, 1, Dtype::fp32};
+  EXPECT_NEAR(big.flops() / p.gemm_seconds(big), eff_max, 0.05 * eff_max);
+  const auto w = p.warnings();
+  ASSERT_EQ(w.size(), 2u);  // one above, one below
+  const std::string& above = w[0].find("above") != std::string::npos ? w[0] : w[1];
+  EXPECT_NE(above.find("extrapolated"), std::string::npos) << above;
+  // The quoted rate is the one used: "(<x> GFLOP/s)", within the measured range.
+  const auto open = above.rfind('('), unit = above.find(" GFLOP/s");
+  ASSERT_NE(open, std::string::npos);
+  ASSERT_NE(unit, std::string::npos);
+  const double quoted = std::stod(above.substr(open + 1, unit - open - 1)) * 1e9;
+  EXPECT_LE(quoted, eff_max * 1.01) << above;
+  EXPECT_GE(quoted, eff_min * 0.99) << above;
+}
+
 TEST(MeasuredProfileLookup, UnmeasuredGroupShapeScalesByBusBandwidthFactor) {
   const GroupSpan measured{2, 1, 2, 1, false}, asked{4, 1, 4, 1, false};
   const MeasuredProfile p(alpha_beta_collectives(5e-6, 2e9, measured, CollectiveOp::all_reduce), local_cpu());

@@ -534,13 +534,15 @@ double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
   }
   double log_t = ok ? A[0][5] / A[0][0] : near[0].log_t;
   // Never outside the neighbours' efficiency range: a plane may tilt too far beyond its points.
+  // x sums to log(flops_i / flops_q), so pe = exp(sum x - log t_i) = (flops_i / t_i) / flops_q: a
+  // neighbour's FLOP/s over the query's FLOP, i.e. the 1/t the query would have at that
+  // neighbour's efficiency. 1/t_q stays within [min pe, max pe].
   double eff_lo = std::numeric_limits<double>::max(), eff_hi = 0;
   for (std::size_t i = 0; i < k; ++i) {
-    const double pe = std::exp(-near[i].x[0] - near[i].x[1] - near[i].x[2] - near[i].x[3] - near[i].log_t);  // flops ratio / t
+    const double pe = std::exp(near[i].x[0] + near[i].x[1] + near[i].x[2] + near[i].x[3] - near[i].log_t);
     eff_lo = std::min(eff_lo, pe);
     eff_hi = std::max(eff_hi, pe);
   }
-  // pe = (flops_i / flops_q) / t_i, so the query's efficiency-equivalent bound on 1/t is [eff_lo, eff_hi].
   log_t = std::min(std::max(log_t, -std::log(eff_hi)), -std::log(eff_lo));
   const double eff = s.flops() / std::exp(log_t);
   const double flops = s.flops();
