@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
+#include <vector>
 #include <fstream>
 
 #include "tedsim/core/error.hpp"
@@ -201,6 +203,98 @@ TEST(MeasuredProfileLookup, GemmsBeyondTheMeasuredShapesKeepTheNeighboursEfficie
   const double quoted = std::stod(above.substr(open + 1, unit - open - 1)) * 1e9;
   EXPECT_LE(quoted, eff_max * 1.01) << above;
   EXPECT_GE(quoted, eff_min * 0.99) << above;
+}
+
+ProfileData gating_points(const std::vector<std::pair<double, double>>& bytes_seconds) {
+  ProfileData d = sample_data();
+  d.kernels.clear();
+  for (const auto& [b, t] : bytes_seconds) d.kernels.push_back({KernelKind::gating, Dtype::fp32, b, timing(t)});
+  return d;
+}
+
+// Every point latency-bound (times drifting slightly down with size: a quick calibration) gives a
+// flat fit with no bandwidth. Above the range the time must still grow with size: linearly from
+// the largest point, at its rate, not a constant latency for a GiB.
+TEST(MeasuredProfileLookup, FlatFitStillGrowsAboveTheRange) {
+  const MeasuredProfile p(gating_points({{1024, 10e-6}, {4096, 9.95e-6}, {16384, 9.9e-6}}), local_cpu());
+  const double gib = 1024.0 * 1048576;
+  EXPECT_NEAR(p.kernel_seconds(KernelKind::gating, gib, Dtype::fp32), 9.9e-6 * gib / 16384, 1e-9);
+  EXPECT_NEAR(p.kernel_seconds(KernelKind::gating, 16 * gib, Dtype::fp32),
+              16 * p.kernel_seconds(KernelKind::gating, gib, Dtype::fp32), 1e-9);
+  // Below the range a flat series stays at its latency.
+  EXPECT_NEAR(p.kernel_seconds(KernelKind::gating, 64, Dtype::fp32), 9.95e-6, 0.01e-6);
+  const auto w = p.warnings();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("flat alpha-beta fit of 3 points"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("[asked 1 GiB..16 GiB, 2 distinct lookups]"), std::string::npos) << w[0];
+}
+
+// The fit minimizes relative error, so it can pass below the last point: just above the range
+// the time must not drop below the largest measured time, and must keep growing.
+TEST(MeasuredProfileLookup, NeverFasterThanTheLargestPointAboveTheRange) {
+  const MeasuredProfile p(gating_points({{1024, 10e-6}, {4096, 10e-6}, {16384, 10e-6}, {65536, 10e-6},
+                                         {262144, 20e-6}, {1048576, 80e-6}}),
+                          local_cpu());
+  const double at = p.kernel_seconds(KernelKind::gating, 1048576, Dtype::fp32);
+  const double just_above = p.kernel_seconds(KernelKind::gating, 1.01 * 1048576, Dtype::fp32);
+  const double twice = p.kernel_seconds(KernelKind::gating, 2.0 * 1048576, Dtype::fp32);
+  EXPECT_EQ(at, 80e-6);
+  EXPECT_GE(just_above, at);
+  EXPECT_GT(twice, just_above);
+}
+
+// The fit minimizes relative error, so it can also pass below the smallest point (here a slow
+// first point): just below the range the time must not drop under the smallest point's rate
+// (bytes/s), nor rise above its time.
+TEST(MeasuredProfileLookup, NeverAboveTheSmallestPointsRateBelowTheRange) {
+  const MeasuredProfile p(gating_points({{1024, 20e-6}, {4096, 10e-6}, {16384, 12e-6}, {65536, 20e-6}}), local_cpu());
+  const double just_below = p.kernel_seconds(KernelKind::gating, 1000, Dtype::fp32);
+  EXPECT_GE(just_below, 20e-6 * 1000 / 1024 * (1 - 1e-12));
+  EXPECT_LE(just_below, 20e-6);
+  EXPECT_LE(p.kernel_seconds(KernelKind::gating, 16, Dtype::fp32), just_below);
+}
+
+// Sizes measured more than once (merged profiles) answer with the median of their times.
+TEST(MeasuredProfileLookup, RepeatedSizesUseTheirMedian) {
+  const MeasuredProfile p(gating_points({{1024, 1e-6}, {1024, 100e-6}, {1024, 2e-6}, {4096, 8e-6}}), local_cpu());
+  EXPECT_EQ(p.kernel_seconds(KernelKind::gating, 1024, Dtype::fp32), 2e-6);
+}
+
+// The GEMM extrapolation warning quotes the range of FLOP/s the answers used, not the first one.
+TEST(MeasuredProfileLookup, GemmWarningQuotesTheRatesUsed) {
+  ProfileData d = sample_data();
+  d.gemms.clear();
+  for (std::int64_t m : {16, 32, 64})
+    for (std::int64_t n : {16, 32, 64})
+      for (std::int64_t k : {16, 32, 64}) {
+        const GemmShape s{m, n, k, 1, Dtype::fp32};
+        d.gemms.push_back({s, timing(s.flops() / (1e9 * k / 16))});  // 1..4 GFLOP/s, rising with k
+      }
+  const MeasuredProfile p(d, local_cpu());
+  const GemmShape a{4096, 64, 16, 1, Dtype::fp32}, b{64, 64, 4096, 1, Dtype::fp32};
+  const double ea = a.flops() / p.gemm_seconds(a) / 1e9, eb = b.flops() / p.gemm_seconds(b) / 1e9;
+  EXPECT_LT(ea, eb);
+  const auto w = p.warnings();
+  ASSERT_EQ(w.size(), 1u);
+  char expect[64];
+  std::snprintf(expect, sizeof expect, "(%.3g..%.3g GFLOP/s)", ea, eb);
+  EXPECT_NE(w[0].find(expect), std::string::npos) << w[0] << " lacks " << expect;
+}
+
+// A borrowed group shape that is also asked beyond its range: the warning quotes the fit as used,
+// i.e. scaled by the bus-bandwidth factor ratio.
+TEST(MeasuredProfileLookup, BorrowedShapeWarningQuotesTheScaledFit) {
+  const GroupSpan measured{2, 1, 2, 1, false}, asked{8, 1, 8, 1, false};
+  const MeasuredProfile p(alpha_beta_collectives(5e-6, 2e9, measured, CollectiveOp::all_reduce), local_cpu());
+  const double big = 256.0 * 1048576;
+  const double scale = bus_bandwidth_factor(CollectiveOp::all_reduce, 8) / bus_bandwidth_factor(CollectiveOp::all_reduce, 2);
+  EXPECT_NEAR(p.collective_seconds(CollectiveOp::all_reduce, asked, big), (5e-6 + big / 2e9) * scale,
+              1e-3 * (5e-6 + big / 2e9) * scale);
+  bool found = false;
+  char algbw[32];
+  std::snprintf(algbw, sizeof algbw, "%.3g GB/s algbw", 2.0 / scale);
+  for (const std::string& line : p.warnings()) found = found || line.find(algbw) != std::string::npos;
+  EXPECT_TRUE(found) << "no warning quotes " << algbw << "; first: " << p.warnings().front();
 }
 
 TEST(MeasuredProfileLookup, UnmeasuredGroupShapeScalesByBusBandwidthFactor) {

@@ -326,13 +326,14 @@ MeasuredProfile::MeasuredProfile(ProfileData data, const TopologySpec& fallback_
   const auto build = [](std::vector<std::pair<double, double>>& pts) {
     std::sort(pts.begin(), pts.end());
     Series s;
-    for (const auto& [b, t] : pts) {
-      if (!s.bytes.empty() && s.bytes.back() == b) {  // duplicate size: keep the median of the two
-        s.seconds.back() = 0.5 * (s.seconds.back() + t);
-        continue;
-      }
-      s.bytes.push_back(b);
-      s.seconds.push_back(t);
+    // Points measured more than once at one size (merged profiles): the median of their times.
+    for (std::size_t i = 0; i < pts.size();) {
+      std::size_t j = i;
+      while (j < pts.size() && pts[j].first == pts[i].first) ++j;
+      const std::size_t n = j - i, mid = i + n / 2;  // times are sorted within a size
+      s.bytes.push_back(pts[i].first);
+      s.seconds.push_back(n % 2 ? pts[mid].second : 0.5 * (pts[mid - 1].second + pts[mid].second));
+      i = j;
     }
     fit(s);
     return s;
@@ -369,7 +370,7 @@ void MeasuredProfile::fit(Series& s) {
     a = 0;
     b = sxy / sxx;
   }
-  if (b <= 0) {  // flat: pure latency, bandwidth from the largest point
+  if (b <= 0) {  // flat: pure latency; eval scales from the largest point above the range
     b = 0;
     a = sy / sw;
   }
@@ -379,12 +380,20 @@ void MeasuredProfile::fit(Series& s) {
 
 double MeasuredProfile::eval(const Series& s, double bytes, int* where) {
   const std::size_t n = s.bytes.size();
-  if (bytes < s.bytes.front() || bytes > s.bytes.back()) {
-    *where = bytes < s.bytes.front() ? -1 : 1;
-    double t = s.alpha + bytes * s.inv_bw;
-    // Below the range never slower than the smallest measured point.
-    if (*where < 0) t = std::min(t, s.seconds.front());
-    return std::max(t, 0.0);
+  if (bytes < s.bytes.front()) {
+    // Below the range: the fit, never slower than the smallest measured point, and never at a
+    // higher rate (bytes/s) than it (a fit through the origin would otherwise lose the latency).
+    *where = -1;
+    const double t = s.alpha + bytes * s.inv_bw;
+    return std::min(std::max(t, s.seconds.front() * bytes / s.bytes.front()), s.seconds.front());
+  }
+  if (bytes > s.bytes.back()) {
+    // Above the range: the fit, never faster than the largest measured point (a fit in relative
+    // error may pass below it). A flat fit (every point latency-bound) has no bandwidth to go on:
+    // the time then grows linearly from the largest point, at that point's rate.
+    *where = 1;
+    if (s.inv_bw <= 0) return s.seconds.back() * bytes / s.bytes.back();
+    return std::max(s.alpha + bytes * s.inv_bw, s.seconds.back());
   }
   *where = 0;
   const auto it = std::lower_bound(s.bytes.begin(), s.bytes.end(), bytes);
@@ -395,27 +404,35 @@ double MeasuredProfile::eval(const Series& s, double bytes, int* where) {
   return std::exp(std::log(s.seconds[lo]) + f * (std::log(s.seconds[hi]) - std::log(s.seconds[lo])));
 }
 
-void MeasuredProfile::note(const std::string& key, const std::string& text, double size) const {
+void MeasuredProfile::note(const std::string& key, const std::string& text, double size, SizeUnit unit,
+                           double value, const char* value_unit) const {
   // Called with mutex_ held.
   auto it = warning_index_.find(key);
   if (it == warning_index_.end()) {
     warning_index_[key] = warnings_.size();
-    warnings_.push_back(Warning{text, 1, size, size});
+    warnings_.push_back(Warning{text, 1, size, size, unit, value, value, value_unit ? value_unit : ""});
     return;
   }
   Warning& w = warnings_[it->second];
   ++w.count;
   w.min_size = std::min(w.min_size, size);
   w.max_size = std::max(w.max_size, size);
+  w.min_value = std::min(w.min_value, value);
+  w.max_value = std::max(w.max_value, value);
 }
 
 std::vector<std::string> MeasuredProfile::warnings() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> out;
+  // "lo..hi" (or one value when both print the same) of a quantity.
+  const auto range = [](const std::string& lo, const std::string& hi) { return lo == hi ? lo : lo + ".." + hi; };
   for (const Warning& w : warnings_) {
     std::string line = w.text;
-    if (w.count > 1) line += " [" + std::to_string(w.count) + " distinct lookups]";
-    out.push_back(line);
+    if (!w.value_unit.empty()) line += " (" + range(num(w.min_value), num(w.max_value)) + " " + w.value_unit + ")";
+    line += " [asked " + (w.unit == SizeUnit::bytes ? range(human_bytes(w.min_size), human_bytes(w.max_size))
+                                                    : range(num(w.min_size), num(w.max_size)) + " FLOP");
+    if (w.count > 1) line += ", " + std::to_string(w.count) + " distinct lookups";
+    out.push_back(line + "]");
   }
   return out;
 }
@@ -470,13 +487,14 @@ double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
     // Another dtype's points (e.g. a CPU profile, fp32 only, asked about a bf16 model).
     for (const auto& [dt, list] : gemms_by_dtype_) {
       note("gemm-dtype " + std::string(to_string(s.dtype)),
-           what + ": no " + to_string(s.dtype) + " GEMMs measured, used the " + to_string(Dtype(dt)) + " points", s.flops());
+           what + ": no " + to_string(s.dtype) + " GEMMs measured, used the " + to_string(Dtype(dt)) + " points", s.flops(),
+           SizeUnit::flop);
       by = gemms_by_dtype_.find(dt);
       break;
     }
   }
   if (by == gemms_by_dtype_.end()) {
-    note("gemm-none", "gemm: no GEMMs measured, analytic profile of the fallback topology used", s.flops());
+    note("gemm-none", "gemm: no GEMMs measured, analytic profile of the fallback topology used", s.flops(), SizeUnit::flop);
     return fallback_.gemm_seconds(s);
   }
   // Local linear fit of log(time) over (log m, log n, log k, log batch) on the nearest measured
@@ -549,11 +567,22 @@ double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
   if (flops > 2.0 * max_flops || flops < 0.5 * min_flops) {
     note(std::string("gemm-range ") + to_string(s.dtype) + (flops > max_flops ? "+" : "-"),
          what + ": " + (flops > max_flops ? "above" : "below") + " the measured range " + num(min_flops) + ".." +
-             num(max_flops) + " FLOP, local fit on the " + std::to_string(k) + " nearest measured shapes (" +
-             num(eff / 1e9) + " GFLOP/s) extrapolated",
-         flops);
+             num(max_flops) + " FLOP, local fit on the " + std::to_string(k) + " nearest measured shapes, extrapolated",
+         flops, SizeUnit::flop, eff / 1e9, "GFLOP/s");
   }
   return flops / eff;
+}
+
+// How a series answers outside its range, for the warnings (times multiplied by `scale`).
+std::string MeasuredProfile::fit_text(const Series& s, double scale, const char* bandwidth) {
+  const std::string points = std::to_string(s.bytes.size()) + " point" + (s.bytes.size() == 1 ? "" : "s");
+  if (s.inv_bw <= 0) {
+    return "flat alpha-beta fit of " + points + " (" + num(s.alpha * scale * 1e6) +
+           " us; above it, linear from the largest point at " +
+           num(s.bytes.back() / (s.seconds.back() * scale) / kGB) + " " + bandwidth + ")";
+  }
+  return "alpha-beta fit of " + points + " (" + num(s.alpha * scale * 1e6) + " us + " +
+         num(1.0 / (s.inv_bw * scale) / kGB) + " " + bandwidth + ")";
 }
 
 double MeasuredProfile::kernel_uncached(KernelKind kind, double bytes, Dtype dtype) const {
@@ -581,9 +610,7 @@ double MeasuredProfile::kernel_uncached(KernelKind kind, double bytes, Dtype dty
   if (where != 0)
     note(std::string("kernel-range ") + to_string(kind) + to_string(dtype) + (where > 0 ? "+" : "-"),
          std::string("kernel ") + to_string(kind) + " " + to_string(dtype) + ": sizes " + (where > 0 ? "above" : "below") +
-             " the measured " + human_bytes(s.bytes.front()) + ".." + human_bytes(s.bytes.back()) +
-             ", alpha-beta fit of " + std::to_string(s.bytes.size()) + " points (" + num(s.alpha * 1e6) + " us + " +
-             (s.inv_bw > 0 ? num(1.0 / s.inv_bw / kGB) : std::string("inf")) + " GB/s)",
+             " the measured " + human_bytes(s.bytes.front()) + ".." + human_bytes(s.bytes.back()) + ", " + fit_text(s, 1.0, "GB/s"),
          bytes);
   return t;
 }
@@ -629,9 +656,8 @@ double MeasuredProfile::collective_uncached(CollectiveOp op, const GroupSpan& sp
   if (where != 0)
     note("coll-range " + name + (where > 0 ? "+" : "-"),
          name + ": sizes " + (where > 0 ? "above" : "below") + " the measured " + human_bytes(s.bytes.front()) + ".." +
-             human_bytes(s.bytes.back()) + ", alpha-beta fit of " + std::to_string(s.bytes.size()) + " points (" +
-             num(s.alpha * 1e6) + " us + " + (s.inv_bw > 0 ? num(1.0 / s.inv_bw / kGB) : std::string("inf")) +
-             " GB/s algbw)",
+             human_bytes(s.bytes.back()) + ", " + fit_text(s, scale, "GB/s algbw") +
+             (scale != 1.0 ? ", the borrowed shape's fit scaled" : ""),
          bytes);
   return t;
 }

@@ -14,13 +14,17 @@
 // Doubles are written with shortest round-trip precision, so save -> load is bit-exact.
 //
 // Lookups (MeasuredProfile):
-//  * GEMMs: an exact (m, n, k, batch, dtype) point answers with its median. Otherwise the efficiency
-//    (FLOP/s) of the nearest measured shapes (distance in log m, log n, log k, log batch; the 8
-//    nearest, weighted by 1/distance^4 in log efficiency) times the query's FLOPs. Queries outside
-//    the measured FLOP range (more than 2x beyond) are recorded as extrapolations.
+//  * GEMMs: an exact (m, n, k, batch, dtype) point answers with its median. Otherwise a plane in
+//    log time over (log m, log n, log k, log batch), fitted by least squares on the 16 nearest
+//    measured shapes (weights 1/distance^2, a small ridge), its answer kept within the FLOP/s
+//    range of those neighbours. Queries outside the measured FLOP range (more than 2x beyond)
+//    are recorded as extrapolations, with the FLOP/s used.
 //  * Kernels: log-log interpolation in bytes between the two neighbouring points of the same kind
 //    and dtype; outside the measured range an alpha-beta fit (latency + bytes / bandwidth, least
 //    squares in relative error over all points of that kind) answers, recorded as extrapolation.
+//    Above the range it is never faster than the largest point (and a flat fit, all points
+//    latency-bound, grows linearly from it); below, never slower than the smallest point nor at a
+//    higher rate than it. Sizes measured several times count once, with their median time.
 //  * Collectives: the same for one (op, group shape). A group shape never measured borrows the
 //    nearest measured shape of the same op (same node count first, then closest rank count, then
 //    groups per node) and scales its time by bus_bandwidth_factor(op, n) / bus_bandwidth_factor(op,
@@ -29,7 +33,7 @@
 //  * A dtype never measured for a GEMM or kernel uses the other dtypes' points (recorded); an op or
 //    kind with no points at all falls back to the analytic profile of the fallback topology.
 // Every such departure from a measured point is recorded once per (what, from) and reported by
-// warnings(), with the count of lookups and the range of sizes asked.
+// warnings(), with the count of lookups, the range of sizes asked and (GEMMs) of the FLOP/s used.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -128,8 +132,13 @@ class MeasuredProfile final : public Profile {
     double alpha = 0, inv_bw = 0;  // alpha-beta fit
   };
   static void fit(Series& s);
+  static std::string fit_text(const Series& s, double scale, const char* bandwidth);
   static double eval(const Series& s, double bytes, int* where);  // where: -1 below, 0 in, 1 above
-  void note(const std::string& key, const std::string& text, double size) const;
+  enum class SizeUnit { bytes, flop };
+  // Records a departure from a measured point once per key: the size asked (bytes or FLOP) and,
+  // with value_unit, a rate the answer used (the warning quotes the range over all lookups).
+  void note(const std::string& key, const std::string& text, double size, SizeUnit unit = SizeUnit::bytes,
+            double value = 0, const char* value_unit = nullptr) const;
 
   double gemm_uncached(const GemmShape& shape) const;
   double kernel_uncached(KernelKind kind, double bytes, Dtype dtype) const;
@@ -145,7 +154,10 @@ class MeasuredProfile final : public Profile {
   struct Warning {
     std::string text;
     long long count = 0;
-    double min_size = 0, max_size = 0;
+    double min_size = 0, max_size = 0;  // sizes asked
+    SizeUnit unit = SizeUnit::bytes;
+    double min_value = 0, max_value = 0;  // a rate the answers used (value_unit empty: none)
+    std::string value_unit;
   };
   mutable std::mutex mutex_;
   mutable std::vector<Warning> warnings_;
