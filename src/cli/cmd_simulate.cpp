@@ -11,9 +11,19 @@
 namespace tedsim::cli {
 namespace {
 
+// t=2, e=16, b=1, ZeRO-2: a configuration of the default problem that fits.
+ConfigOptions default_knobs() {
+  ConfigOptions k;
+  k.tp = 2;
+  k.ep = 16;
+  k.micro_batch = 1;
+  k.zero = 2;
+  return k;
+}
+
 struct SimulateOptions {
   InputOptions in;
-  ConfigOptions knobs{2, 16, 1, 2};  // t=2, e=16, b=1, ZeRO-2: a configuration of the default problem that fits
+  ConfigOptions knobs = default_knobs();
   std::string trace;
 };
 
@@ -43,7 +53,10 @@ void register_simulate(CLI::App& app, Action& action) {
   add_input_options(*cmd, o->in);
   add_config_options(*cmd, o->knobs);
   cmd->add_option("--trace", o->trace, "write the simulated timeline as a Chrome/Perfetto trace");
-  cmd->callback([o, &action] { action = [o] { return run_simulate(*o); }; });
+  cmd->callback([o, cmd, &action] {
+    note_defaulted_degrees(*cmd, o->knobs);
+    action = [o] { return run_simulate(*o); };
+  });
 }
 
 }  // namespace tedsim::cli

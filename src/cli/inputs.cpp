@@ -1,6 +1,8 @@
 #include "inputs.hpp"
 
+#include <algorithm>
 #include <iostream>
+#include <utility>
 
 #include "tedsim/core/error.hpp"
 #include "tedsim/core/units.hpp"
@@ -8,6 +10,7 @@
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/report/prediction_json.hpp"
 #include "tedsim/report/text_table.hpp"
+#include "tedsim/search/search.hpp"
 #include "tedsim/spec/data_files.hpp"
 
 namespace tedsim::cli {
@@ -37,6 +40,46 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
 }
 
+void note_defaulted_degrees(const CLI::App& app, ConfigOptions& o) {
+  o.defaulted.clear();
+  const std::pair<const char*, int> degrees[] = {{"--tp", o.tp}, {"--ep", o.ep}, {"--micro-batch", o.micro_batch}, {"--zero", o.zero}};
+  for (const auto& [flag, value] : degrees) {
+    if (app.count(flag) == 0) o.defaulted.push_back(std::string(flag) + " " + std::to_string(value));
+  }
+}
+
+namespace {
+
+// The --tp/--ep pairs search would consider for this model, cluster and batch (each valid with at
+// least one micro-batch), for the message of a configuration that breaks a rule.
+std::string valid_degrees(const ModelSpec& model, const ParallelConfig& c) {
+  SearchSpace space;
+  space.gpus = c.gpus;
+  space.global_batch = c.global_batch;
+  space.seq_len = c.seq_len;
+  space.zero_stages = {c.zero >= 0 && c.zero <= 2 ? c.zero : 1};
+  std::vector<std::pair<int, int>> pairs;
+  if (c.gpus > 0 && c.global_batch > 0) {
+    for (const ParallelConfig& v : enumerate_configs(model, space)) {
+      const std::pair<int, int> p{v.tp, v.ep};
+      if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+    }
+  }
+  const std::string where = "'" + model.name + "' on " + std::to_string(c.gpus) + " devices with global batch " +
+                            std::to_string(c.global_batch);
+  if (pairs.empty()) return "no degrees are valid for " + where;
+  std::string text = "valid for " + where + ": ";
+  const std::size_t shown = std::min<std::size_t>(pairs.size(), 12);
+  for (std::size_t i = 0; i < shown; ++i) {
+    text += (i ? ", " : "") + std::string("--tp ") + std::to_string(pairs[i].first);
+    if (model.is_moe()) text += " --ep " + std::to_string(pairs[i].second);
+  }
+  if (pairs.size() > shown) text += " and " + std::to_string(pairs.size() - shown) + " more";
+  return text + " (`tedsim search` ranks them)";
+}
+
+}  // namespace
+
 ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, const ModelSpec& model) {
   ParallelConfig c;
   c.gpus = in.gpus;
@@ -52,7 +95,16 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.expert_tp = k.expert_tp;
   c.tiled_optimizer = k.tiled;
   c.layout = parse_layout(k.layout);
-  validate_config(c, model);
+  const std::string why = config_violation(c, model);
+  if (!why.empty()) {
+    std::string text = "invalid configuration for model '" + model.name + "': " + why;
+    if (!k.defaulted.empty()) {
+      text += " (not given, so defaults:";
+      for (const std::string& d : k.defaulted) text += " " + d;
+      text += ")";
+    }
+    throw InputError(text + "; " + valid_degrees(model, c));
+  }
   return c;
 }
 

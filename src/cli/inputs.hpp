@@ -7,6 +7,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "tedsim/profile/profile.hpp"
 #include "tedsim/spec/model_spec.hpp"
@@ -39,11 +40,17 @@ struct ConfigOptions {
   int tp = 1, ep = 1, micro_batch = 1, zero = 1;
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true;
   std::string layout = "ted";
+  // Degrees the user did not give (e.g. "--ep 16"), named when the configuration is invalid.
+  std::vector<std::string> defaulted;
 };
 
 void add_input_options(CLI::App& app, InputOptions& options);
 void add_config_options(CLI::App& app, ConfigOptions& options);
-// The configuration these options describe for `model`; throws InputError naming the broken rule.
+// After parsing: records which of --tp, --ep, --micro-batch, --zero kept their defaults.
+void note_defaulted_degrees(const CLI::App& app, ConfigOptions& options);
+// The configuration these options describe for `model`; throws InputError naming the broken rule,
+// the degrees that were defaults, and the --tp/--ep pairs that are valid for this model, cluster
+// and batch.
 ParallelConfig resolve_config(const ConfigOptions& knobs, const InputOptions& inputs, const ModelSpec& model);
 Inputs load_inputs(const InputOptions& options);
 // Human-readable output goes to stderr when JSON goes to stdout.

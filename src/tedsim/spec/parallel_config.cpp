@@ -53,6 +53,8 @@ void validate_config(const ParallelConfig& c, const ModelSpec& m) {
 
 bool config_is_valid(const ParallelConfig& c, const ModelSpec& m) { return first_violation(c, m).empty(); }
 
+std::string config_violation(const ParallelConfig& c, const ModelSpec& m) { return first_violation(c, m); }
+
 RankLayout parse_layout(const std::string& text) {
   if (text == "ted") return RankLayout::ted;
   if (text == "data_before_expert" || text == "dbe") return RankLayout::data_before_expert;

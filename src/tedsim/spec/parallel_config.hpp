@@ -34,6 +34,8 @@ struct ParallelConfig {
 void validate_config(const ParallelConfig& c, const ModelSpec& m);
 // Same rules, as a cheap predicate for search enumeration.
 bool config_is_valid(const ParallelConfig& c, const ModelSpec& m);
+// The first rule `c` breaks for `m`, in words ("ep 16 does not divide experts 4"); empty if none.
+std::string config_violation(const ParallelConfig& c, const ModelSpec& m);
 
 RankLayout parse_layout(const std::string& text);  // "ted" or "data_before_expert"
 
