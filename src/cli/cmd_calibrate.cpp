@@ -1,6 +1,7 @@
 // tedsim calibrate: measure GEMMs, kernels and collectives on this cluster and write a profile.
 // MPI is initialised here, only when the command runs, so every other command runs without mpirun.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "calibration_commands.hpp"
@@ -22,7 +23,8 @@ namespace {
 
 struct CalibrateOptions {
   std::string backend = "cpu", model = "tiny-moe", topology = "local-cpu", out;
-  int gpus = 0, global_batch = 0, seq = 0, reps = 0, warmup = -1, stop_after = 0;
+  int gpus = 0, global_batch = 0, seq = 0, reps = 0, stop_after = 0;
+  std::optional<int> warmup;  // unset: 2, or 1 with --quick
   bool quick = false, grid = false;
   std::int64_t min_bytes = 0, max_bytes = 0;
   double step_factor = 0;
@@ -42,6 +44,10 @@ int run_calibrate(const CalibrateOptions& o) {
   if (o.out.empty()) throw InputError("--out: the profile file to write is required");
   if (o.gpus < 0) throw InputError("--gpus: expected a positive device count");
   if (o.reps < 0) throw InputError("--reps: expected a positive count");
+  if (o.warmup && *o.warmup < 0) throw InputError("--warmup: expected a count >= 0, got " + std::to_string(*o.warmup));
+  if (o.global_batch < 0) throw InputError("--global-batch: expected a positive count, got " + std::to_string(o.global_batch));
+  if (o.seq < 0) throw InputError("--seq: expected a positive length, got " + std::to_string(o.seq));
+  if (o.stop_after < 0) throw InputError("--stop-after: expected a count >= 0, got " + std::to_string(o.stop_after));
   if (o.min_bytes < 0 || o.max_bytes < 0) throw InputError("--min-bytes/--max-bytes: expected positive sizes");
   if (o.step_factor != 0 && o.step_factor <= 1) throw InputError("--step-factor: expected a factor > 1");
   c.model_name = o.model;
@@ -57,7 +63,7 @@ int run_calibrate(const CalibrateOptions& o) {
   c.max_bytes = o.max_bytes;
   c.step_factor = o.step_factor;
   c.reps = o.reps;
-  c.warmup = o.warmup;
+  c.warmup = o.warmup.value_or(-1);
   c.out = o.out;
   c.stop_after = o.stop_after;
   MpiSession mpi;

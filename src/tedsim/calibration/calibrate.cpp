@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -83,6 +84,33 @@ Timing slowest(Communicator& world, const Timing& t) {
   return Timing{v[0], v[1], v[2]};
 }
 
+// File work that only rank 0 does (reading the partial profile, writing it and the final one),
+// with its outcome shared: if it throws, rank 0 rethrows and every other rank throws an error of
+// the same kind, instead of waiting forever in the next collective while rank 0 exits.
+template <class Work>
+void on_root(Communicator& world, bool root, Work&& work) {
+  std::exception_ptr error;
+  double code = 0;  // ExitCode of rank 0's error, 0 if none
+  if (root) {
+    try {
+      work();
+    } catch (const Error& e) {
+      error = std::current_exception();
+      code = double(int(e.code()));
+    } catch (const std::exception&) {
+      error = std::current_exception();
+      code = double(int(ExitCode::failure));
+    }
+  }
+  std::vector<double> v{code};
+  world.host_max(v);
+  if (v[0] == 0) return;
+  if (error) std::rethrow_exception(error);
+  const std::string why = "rank 0 could not read or write the profile (its message says why)";
+  if (v[0] == double(int(ExitCode::bad_input))) throw InputError(why);
+  throw RunError(why);
+}
+
 struct Progress {
   Clock::time_point start = Clock::now();
   std::size_t total = 0, skipped = 0, done = 0;
@@ -151,7 +179,7 @@ int run_calibration(const CalibrationOptions& o) {
   const std::string partial = o.out + ".partial";
   std::size_t done = 0;
   std::string refusal;
-  if (root) {
+  on_root(*world, root, [&] {
     std::ifstream probe(partial);
     if (probe) {
       ProfileData previous = load_profile_data(partial);
@@ -170,7 +198,7 @@ int run_calibration(const CalibrationOptions& o) {
                   << " points already measured\n";
       }
     }
-  }
+  });
   {
     std::vector<double> v{root ? double(done) : 0.0, root && !refusal.empty() ? 1.0 : 0.0};
     world->host_max(v);
@@ -209,11 +237,11 @@ int run_calibration(const CalibrationOptions& o) {
   const auto checkpoint = [&] {
     ++measured_now;
     calib["done"] = index;
-    if (root) {
+    on_root(*world, root, [&] {
       data.calibration_json = calib.dump();
       data.complete = false;
       save_profile(partial, data);
-    }
+    });
     if (o.stop_after > 0 && int(measured_now) >= o.stop_after && index < sweep.points()) stopped = true;
   };
   const auto check = [&](std::int64_t wrong, const std::string& what) {
@@ -260,8 +288,9 @@ int run_calibration(const CalibrationOptions& o) {
     if (p) {
       check(p.check(), p.what);
       const Timing t = measure([&] { return slowest(*world, summarize(bench->time(p, warmup, reps, budget))); });
-      data.kernels.push_back({k.kind, bench->dtype(), p.bytes, t});
-      kernel_table.add_row({to_string(k.kind), to_string(bench->dtype()), fmt(p.bytes, 0), fmt(t.median_s * 1e6, 1),
+      const Dtype kernel_dtype = p.dtype.value_or(bench->dtype());
+      data.kernels.push_back({k.kind, kernel_dtype, p.bytes, t});
+      kernel_table.add_row({to_string(k.kind), to_string(kernel_dtype), fmt(p.bytes, 0), fmt(t.median_s * 1e6, 1),
                             fmt(t.min_s * 1e6, 1), fmt(t.max_s * 1e6, 1), fmt(p.bytes / t.median_s / 1e9, 2)});
       ++kernel_rows;
     }
@@ -326,7 +355,7 @@ int run_calibration(const CalibrationOptions& o) {
                 << sweep.points() << " in " << partial << "; re-run the same command to resume\n";
     return 0;
   }
-  if (root) {
+  on_root(*world, root, [&] {
     calib["done"] = sweep.points();
     data.calibration_json = calib.dump();
     data.complete = true;
@@ -334,8 +363,7 @@ int run_calibration(const CalibrationOptions& o) {
     std::remove(partial.c_str());
     std::cout << "calibrate: wrote " << o.out << ": " << data.gemms.size() << " GEMM, " << data.kernels.size()
               << " kernel, " << data.collectives.size() << " collective points\n";
-  }
-  world->barrier();
+  });
   return 0;
 }
 
