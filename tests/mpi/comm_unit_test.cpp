@@ -19,6 +19,66 @@ namespace {
 constexpr GroupKind kKinds[] = {GroupKind::tensor, GroupKind::expert, GroupKind::data,
                                 GroupKind::expert_data};
 
+// x stored in `dtype` and read back.
+float round_trip(float x, Dtype dtype) {
+  std::uint32_t buffer = 0;
+  store_from_float(&buffer, 0, dtype, x);
+  return load_as_float(&buffer, 0, dtype);
+}
+
+// The #wrong check must see a rank missing from a 16-bit sum at any group size (its tolerance is
+// 0 while partial sums stay exact integers), and a chunk from the wrong rank or offset in the data
+// movement collectives (no periodic pattern lets one pass).
+TEST(CollectiveCheckData, MissingRankInA16BitSumIsWrongAtEveryGroupSize) {
+  for (Dtype dtype : {Dtype::bf16, Dtype::fp16, Dtype::fp32}) {
+    for (int n : {2, 8, 16, 32, 64, 128, 256}) {
+      CollectiveCase c;
+      c.op = CollectiveOp::all_reduce;
+      c.dtype = dtype;
+      const double tol = collective_tolerance(c, n);
+      int flagged = 0;
+      const int elements = 1000;
+      for (std::int64_t i = 0; i < elements; ++i) {
+        double full = 0, partial_sum = 0;
+        for (int r = 0; r < n; ++r) {
+          const float x = collective_input_value(c, n, r, i);
+          EXPECT_EQ(x, std::round(x));
+          full += x;
+          if (r != n - 1) partial_sum += x;
+        }
+        // The sum itself must be exact in the dtype where the tolerance is 0.
+        if (tol == 0) {
+          EXPECT_EQ(round_trip(float(full), dtype), float(full));
+        }
+        flagged += std::fabs(partial_sum - full) > tol;
+      }
+      EXPECT_GT(flagged, elements / 2) << to_string(dtype) << " n=" << n << " tolerance " << tol;
+    }
+  }
+}
+
+TEST(CollectiveCheckData, WrongSourceChunksDifferInDataMovement) {
+  for (CollectiveOp op : {CollectiveOp::all_gather, CollectiveOp::all_to_all}) {
+    CollectiveCase c;
+    c.op = op;
+    c.dtype = Dtype::bf16;
+    EXPECT_EQ(collective_tolerance(c, 64), 0.0);
+    const int n = 40;
+    const std::int64_t chunk = 13 * 105;  // a multiple of 13: the old pattern repeated every 13 positions
+    for (int r = 0; r + 13 < n; ++r) {
+      int same_rank = 0, same_offset = 0;
+      for (std::int64_t j = 0; j < chunk; ++j) {
+        const float x = collective_input_value(c, n, r, j);
+        EXPECT_EQ(round_trip(x, Dtype::bf16), x);  // exact in bf16
+        same_rank += x == collective_input_value(c, n, r + 13, j);
+        same_offset += x == collective_input_value(c, n, r, chunk + j);
+      }
+      EXPECT_LT(same_rank, chunk / 50) << to_string(op) << " rank " << r << " vs " << r + 13;
+      EXPECT_LT(same_offset, chunk / 50) << to_string(op) << " chunk 0 vs 1 of rank " << r;
+    }
+  }
+}
+
 TEST(TedLayout, DeepSpeedOrderPutsTensorInnermost) {
   const TedLayout l(16, 2, 4, RankLayout::ted);
   EXPECT_EQ(l.data(), 8);

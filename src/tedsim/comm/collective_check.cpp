@@ -12,36 +12,64 @@ namespace tedsim {
 
 namespace {
 
-// Input element i of rank r: small integers of both signs, different per rank and per position,
-// so a misplaced chunk or a missing rank shows up, and sums stay exact in fp16 and bf16 for
-// groups of up to 42 ranks (|sum| <= 6n <= 256, bf16's last exact integer).
-float input_value(int r, std::int64_t i) { return float(int((r * 5 + i * 3) % 13) - 6); }
+bool reduces(CollectiveOp op) { return op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter; }
+
+// Largest integer below which every integer is exact in the dtype.
+double exact_integers(Dtype dtype) { return dtype == Dtype::fp32 ? 16777216.0 : dtype == Dtype::fp16 ? 2048.0 : 256.0; }
+
+// Largest input magnitude v of a reduction over n ranks: every partial sum (at most v*n) stays an
+// exact integer, so any correct order of additions gives the exact result and the check can ask
+// for equality; a missing or doubled rank then changes an element by up to v.
+int reduction_range(Dtype dtype, int n) { return std::clamp(int(exact_integers(dtype) / std::max(n, 1)), 1, 6); }
+
+// Input element i of rank r.
+// - Reductions: integers in [-v, v], different per rank and per position, so a missing or doubled
+//   rank shows up and sums stay exact (see reduction_range).
+// - All-gather and all-to-all only move data: a hash of (rank, position) into the exact integers
+//   of every dtype, so a chunk from the wrong rank or the wrong offset differs almost everywhere
+//   (a pattern periodic in the rank or the position would let such a chunk pass).
+float input_value(const CollectiveCase& c, int n, int r, std::int64_t i) {
+  if (reduces(c.op)) {
+    const int v = reduction_range(c.dtype, n);
+    return float(int((std::int64_t(r) * 5 + i * 3) % (2 * v + 1)) - v);
+  }
+  std::uint64_t h = std::uint64_t(i) * 0x9E3779B97F4A7C15ull ^ (std::uint64_t(r) + 1) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return float(int(h % 251) - 125);
+}
 
 // Expected value of element i of rank `me`'s output, and where the output starts in its buffer.
 float expected_value(const CollectiveCase& c, int n, int me, std::int64_t chunk, std::int64_t i) {
   auto reduce = [&](std::int64_t index) {
-    float acc = input_value(0, index);
-    for (int r = 1; r < n; ++r)
-      acc = c.redop == ReduceOp::sum ? acc + input_value(r, index) : std::max(acc, input_value(r, index));
+    float acc = input_value(c, n, 0, index);
+    for (int r = 1; r < n; ++r) {
+      const float x = input_value(c, n, r, index);
+      acc = c.redop == ReduceOp::sum ? acc + x : std::max(acc, x);
+    }
     return acc;
   };
   switch (c.op) {
     case CollectiveOp::all_reduce: return reduce(i);
-    case CollectiveOp::all_gather: return input_value(int(i / chunk), i % chunk);
+    case CollectiveOp::all_gather: return input_value(c, n, int(i / chunk), i % chunk);
     case CollectiveOp::reduce_scatter: return reduce(std::int64_t(me) * chunk + i);
     case CollectiveOp::all_to_all:
-      return input_value(int(i / chunk), std::int64_t(me) * chunk + i % chunk);
+      return input_value(c, n, int(i / chunk), std::int64_t(me) * chunk + i % chunk);
     case CollectiveOp::count: break;
   }
   return 0;
 }
 
-// Rounding bound for 16-bit sums: n-1 additions, each off by at most half an ulp of a partial
-// sum no larger than 6n. The inputs are integers, so fp32 is exact.
-double tolerance(Dtype dtype, int n) {
-  const double eps = dtype == Dtype::fp32 ? 0.0 : dtype == Dtype::fp16 ? std::ldexp(1.0, -10)
-                                                                        : std::ldexp(1.0, -7);
-  return eps * 0.5 * 6.0 * n * n;
+// 0 where the check is exact: data movement, max, and sums whose partial sums stay exact
+// integers. Otherwise (16-bit sums over groups too large for that) a rounding bound: n-1
+// additions, each off by at most half an ulp of a partial sum no larger than v*n.
+double tolerance(const CollectiveCase& c, int n) {
+  if (!reduces(c.op) || c.redop != ReduceOp::sum) return 0.0;
+  const int v = reduction_range(c.dtype, n);
+  if (double(v) * n <= exact_integers(c.dtype)) return 0.0;
+  const double eps = c.dtype == Dtype::fp16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  return eps * 0.5 * v * double(n) * n;
 }
 
 double median(std::vector<double> v) {
@@ -52,20 +80,21 @@ double median(std::vector<double> v) {
 }
 
 const char* redop_name(const CollectiveResult& r) {
-  const bool reduces = r.op == CollectiveOp::all_reduce || r.op == CollectiveOp::reduce_scatter;
-  return reduces ? to_string(r.redop) : "none";
+  return reduces(r.op) ? to_string(r.redop) : "none";
 }
 
 }  // namespace
 
+float collective_input_value(const CollectiveCase& c, int n, int r, std::int64_t i) { return input_value(c, n, r, i); }
+double collective_tolerance(const CollectiveCase& c, int n) { return tolerance(c, n); }
+
 CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   const int n = comm.size(), me = comm.rank();
-  const bool reduces = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::reduce_scatter;
   if (c.count < 0 || c.warmup < 0 || c.iters < 1)
     throw InputError(comm.where() + ": collective check needs count >= 0, warmup >= 0, iters >= 1");
   if (c.in_place && c.op == CollectiveOp::all_to_all)
     throw InputError(comm.where() + ": all_to_all cannot run in place");
-  if (!reduces && c.redop != ReduceOp::sum)
+  if (!reduces(c.op) && c.redop != ReduceOp::sum)
     throw InputError(comm.where() + ": " + to_string(c.op) + " does not reduce; redop must be sum");
 
   CollectiveResult res;
@@ -88,7 +117,7 @@ CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   // Host images of the input (for upload) and of the expected output.
   std::vector<std::byte> host_in(std::size_t(in_count) * esize);
   for (std::int64_t i = 0; i < in_count; ++i)
-    store_from_float(host_in.data(), i, c.dtype, input_value(me, i));
+    store_from_float(host_in.data(), i, c.dtype, input_value(c, n, me, i));
 
   // Buffers: out of place, a send and a receive buffer; in place, one buffer laid out as NCCL
   // expects (all-gather input at rank*chunk of the output, reduce-scatter output at rank*chunk
@@ -160,7 +189,7 @@ CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   // Check the last repetition's output.
   std::vector<std::byte> host_out(std::size_t(out_count) * esize);
   recv->download(host_out.data(), host_out.size(), std::size_t(out_offset) * esize);
-  const double tol = tolerance(c.dtype, n);
+  const double tol = tolerance(c, n);
   std::int64_t wrong = 0;
   for (std::int64_t i = 0; i < out_count; ++i) {
     const double got = load_as_float(host_out.data(), i, c.dtype);

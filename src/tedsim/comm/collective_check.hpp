@@ -43,6 +43,11 @@ struct CollectiveResult {
   int groups = 1;          // groups of this kind that ran at once (check_and_time_groups)
 };
 
+// The check's data, exposed for tests: input element i of rank r in a group of n, and the largest
+// |output - expected| still counted right (0 wherever the result must be exact).
+float collective_input_value(const CollectiveCase& c, int n, int r, std::int64_t i);
+double collective_tolerance(const CollectiveCase& c, int n);
+
 // Collective over `comm`. Throws InputError for an impossible case (in-place all-to-all, max with
 // a collective that does not reduce, negative count or iterations), RunError from the backend.
 CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c);
