@@ -37,5 +37,25 @@ TEST(Sweep, ModelShapesFollowTheModelAndTheGridDoesNot) {
   EXPECT_EQ(grid_tiny.collectives.size(), tiny.collectives.size());
 }
 
+// More ranks on one host than the topology's node (4 ranks on a host, local-cpu's nodes have 2):
+// the placed node is one island, so no group crosses islands and no series is measured twice.
+TEST(Sweep, RanksPlacedOnOneHostNeverCrossIslands) {
+  SweepOptions o;
+  o.gpus = o.world = 4;
+  o.ranks_per_node = 4;
+  o.quick = true;
+  const Sweep s = derive_sweep(model("tiny-moe"), local_cpu(), o);
+  ASSERT_FALSE(s.collectives.empty());
+  std::set<std::tuple<int, int, int, int, int, bool, std::int64_t>> seen;
+  for (const CollectiveCaseSpec& c : s.collectives) {
+    EXPECT_FALSE(c.span.crosses_islands) << to_string(c.op) << " over " << c.span.ranks << " ranks";
+    EXPECT_EQ(c.span.nodes, 1);
+    EXPECT_TRUE(seen.insert({int(c.op), c.span.ranks, c.span.nodes, c.span.max_ranks_per_node, c.span.groups_per_node,
+                             c.span.crosses_islands, c.count})
+                    .second)
+        << "measured twice: " << to_string(c.op) << " over " << c.span.ranks << " ranks, count " << c.count;
+  }
+}
+
 }  // namespace
 }  // namespace tedsim::calibration

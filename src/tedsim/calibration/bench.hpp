@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct Prepared {
   std::function<void()> run;            // one repetition (may only enqueue; time() waits)
   std::function<std::int64_t()> check;  // elements differing from the CPU reference (runs once)
   double bytes = 0;                     // kernels: bytes actually moved, as the cost model counts them
+  std::optional<Dtype> dtype;           // kernels: what it runs in when not the bench's dtype (Adam: fp32)
   std::string what;                     // for messages
   explicit operator bool() const { return bool(run); }
 };

@@ -284,6 +284,7 @@ class CpuBench final : public Bench {
         auto m = std::make_shared<std::vector<float>>(random_vector(n, 18)), v = std::make_shared<std::vector<float>>(random_vector(n, 19, 0, 1));
         auto step = std::make_shared<int>(1);
         p.bytes = 28.0 * double(n);
+        p.dtype = Dtype::fp32;  // fp32 master weights and moments, whatever the model trains in
         p.run = [=] { tk::adam_step(n, tk::AdamConfig{}, (*step)++, pr->data(), g->data(), m->data(), v->data()); };
         p.check = [=] {
           std::vector<float> rp = *pr, rm = *m, rv = *v;

@@ -254,6 +254,7 @@ class CudaBench final : public Bench {
         const auto hp = random_vector(n, 16), hg = random_vector(n, 17), hm = random_vector(n, 18), hv = random_vector(n, 19, 0, 1);
         Buf pr = upload(hp, Dtype::fp32), g = upload(hg, Dtype::fp32), m = upload(hm, Dtype::fp32), v = upload(hv, Dtype::fp32);
         p.bytes = 28.0 * double(n);
+        p.dtype = Dtype::fp32;  // fp32 master weights and moments, whatever the model trains in
         p.run = [=] { cu::adam_step(n, tk::AdamConfig{}, 1, pr->as<float>(), g->as<float>(), m->as<float>(), v->as<float>()); };
         p.check = [=] {
           pr->upload(hp.data(), n * 4);

@@ -143,6 +143,11 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   //    (ranks_per_node from the real host placement, not the topology's devices_per_node).
   TopologySpec placed = topology;
   placed.devices_per_node = std::max(1, o.ranks_per_node);
+  // Islands (devices linked directly inside a node) keep their size only where the topology has
+  // them and they tile the placed node; otherwise the whole placed node is one island, or every
+  // group on one host would count as crossing islands (and be measured twice, once each way).
+  if (topology.island_size >= topology.devices_per_node || placed.devices_per_node % topology.island_size != 0)
+    placed.island_size = placed.devices_per_node;
   SearchSpace world_space;
   world_space.gpus = o.world;
   world_space.global_batch = 8 * o.world;
