@@ -172,7 +172,8 @@ int run_calibration(const CalibrationOptions& o) {
                {"gpus", so.gpus},           {"world", so.world},            {"ranks_per_node", so.ranks_per_node},
                {"global_batch", o.global_batch}, {"seq", o.seq_len},        {"quick", o.quick}, {"grid", o.grid},
                {"min_bytes", sweep.min_bytes}, {"max_bytes", sweep.max_bytes}, {"step_factor", sweep.step_factor},
-               {"reps", reps},              {"warmup", warmup},             {"points", sweep.points()}};
+               {"reps", reps},              {"warmup", warmup},             {"points", sweep.points()},
+               {"sweep_digest", sweep.digest()}};
 
   // Resume: rank 0 reads <out>.partial and tells everyone how many points are done (or that the
   // arguments differ: then every rank refuses, so no rank is left waiting in a collective).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
@@ -76,6 +77,31 @@ std::vector<GemmShape> generic_gemm_grid(Dtype dtype, double flop_cap, bool quic
 }
 
 }  // namespace
+
+std::string Sweep::digest() const {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the points' fields
+  const auto mix = [&h](double v) {
+    const std::string text = std::to_string(v) + ";";
+    for (const char ch : text) h = (h ^ std::uint8_t(ch)) * 1099511628211ull;
+  };
+  for (const GemmCase& g : gemms) {
+    for (double v : {double(g.shape.m), double(g.shape.n), double(g.shape.k), double(g.shape.batch), double(int(g.shape.dtype))})
+      mix(v);
+  }
+  for (const KernelCase& k : kernels) {
+    mix(double(int(k.kind)));
+    mix(k.bytes);
+  }
+  for (const CollectiveCaseSpec& c : collectives) {
+    for (double v : {double(int(c.op)), double(int(c.kind)), double(c.t), double(c.e), double(int(c.layout)),
+                     double(c.expert_tp), double(c.span.ranks), double(c.span.nodes), double(c.span.max_ranks_per_node),
+                     double(c.span.groups_per_node), double(c.span.crosses_islands), double(c.count)})
+      mix(v);
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
 
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& o) {
   Sweep sweep;

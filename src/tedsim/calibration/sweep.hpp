@@ -58,6 +58,9 @@ struct Sweep {
   int configs = 0;              // configurations the shapes were collected from
   int gemm_shapes_seen = 0;     // distinct shapes before the cap
   std::size_t points() const { return gemms.size() + kernels.size() + collectives.size(); }
+  // Hex digest of every point in order (shapes, sizes, groups): a resumed calibration must measure
+  // exactly the points the interrupted one did, even if a model or topology file was edited.
+  std::string digest() const;
 };
 
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& options);
