@@ -5,6 +5,7 @@
 
 #include "tedsim/kernels/cuda/common.cuh"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
+#include "tedsim/kernels/cuda/launch_limits.cuh"
 
 namespace tedsim::kernels::cuda {
 
@@ -60,12 +61,9 @@ __global__ void attention_row_kernel(int seq, int d, bool causal, float scale, c
 void attention_forward(int heads, int seq, int head_dim, bool causal, const float* q, const float* k, const float* v,
                        float* out) {
   if (heads <= 0 || seq <= 0) return;
-  if (seq > 12288) throw InputError("cuda::attention_forward: seq > 12288 does not fit the shared-memory score row");
+  detail::check_heads(heads, "cuda::attention_forward");
   const std::size_t shared = static_cast<std::size_t>(seq) * sizeof(float);
-  if (shared > 48 * 1024) {
-    TEDSIM_CUDA_CHECK(cudaFuncSetAttribute(attention_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(shared)));
-  }
+  detail::allow_shared_row(attention_row_kernel, shared, "cuda::attention_forward");
   const dim3 grid(seq, heads);
   attention_row_kernel<<<grid, 128, shared>>>(seq, head_dim, causal, 1.0f / std::sqrt(static_cast<float>(head_dim)), q,
                                               k, v, out);

@@ -10,10 +10,12 @@
 //     dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij Q_i.
 // Entries with P_ij == 0 (the causal mask) have dS_ij == 0 and are skipped in every loop.
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "tedsim/kernels/cuda/block_reduce.cuh"
 #include "tedsim/kernels/cuda/common.cuh"
+#include "tedsim/kernels/cuda/launch_limits.cuh"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
 
 namespace tedsim::kernels::cuda {
@@ -148,26 +150,19 @@ __global__ void backward_key_rows_kernel(int seq, int d, float scale, const floa
   }
 }
 
-// Raises the kernel's dynamic shared-memory limit past the 48 KiB default when the row needs it;
-// a row longer than the device allows is an input the caller has to change (shorter sequences).
-template <class Kernel>
-void allow_shared_row(Kernel kernel, std::size_t bytes, const char* what) {
-  const std::size_t static_bytes = 32 * sizeof(float);  // the kernels' __shared__ scratch[32]
-  if (bytes + static_bytes <= 48 * 1024) return;           // static + dynamic within the default
-  int device = 0, optin = 0;
+// Stream-ordered allocations of this device's default pool stay in the pool when freed (its
+// release threshold would otherwise hand them back at every synchronize, and the backward step's
+// scratch would be mapped again inside every timed phase).
+void keep_async_allocations() {
+  static bool done = false;
+  if (done) return;
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
   TEDSIM_CUDA_CHECK(cudaGetDevice(&device));
-  TEDSIM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes + static_bytes > static_cast<std::size_t>(optin)) {
-    throw InputError(std::string(what) + ": the shared-memory row needs " + std::to_string(bytes) +
-                     " bytes, the device allows " + std::to_string(optin) + " (sequence too long)");
-  }
-  TEDSIM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
-// Rows go on grid.x so the blocks running together share one head's K and V in L2; heads go on
-// grid.y, which CUDA caps at 65535.
-void check_heads(int heads, const char* what) {
-  if (heads > 65535) throw InputError(std::string(what) + ": more than 65535 heads (b * heads per rank)");
+  TEDSIM_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t keep_all = UINT64_MAX;
+  TEDSIM_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  done = true;
 }
 
 float softmax_scale(int head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
@@ -177,9 +172,9 @@ float softmax_scale(int head_dim) { return 1.0f / std::sqrt(static_cast<float>(h
 void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causal, const float* q, const float* k,
                                     const float* v, float* probs, float* out) {
   if (heads <= 0 || seq <= 0) return;
-  check_heads(heads, "cuda::attention_forward_saving_probs");
+  detail::check_heads(heads, "cuda::attention_forward_saving_probs");
   const std::size_t shared = (static_cast<std::size_t>(seq) + head_dim) * sizeof(float);
-  allow_shared_row(forward_saving_probs_kernel, shared, "cuda::attention_forward_saving_probs");
+  detail::allow_shared_row(forward_saving_probs_kernel, shared, "cuda::attention_forward_saving_probs");
   const dim3 grid(seq, heads);
   forward_saving_probs_kernel<<<grid, kThreads, shared>>>(seq, head_dim, causal, softmax_scale(head_dim), q, k, v,
                                                           probs, out);
@@ -189,11 +184,12 @@ void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causa
 void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
                         const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v) {
   if (heads <= 0 || seq <= 0) return;
-  check_heads(heads, "cuda::attention_backward");
+  detail::check_heads(heads, "cuda::attention_backward");
   const std::size_t query_shared = (static_cast<std::size_t>(seq) + head_dim) * sizeof(float);
   const std::size_t key_shared = (2 * static_cast<std::size_t>(seq) + head_dim) * sizeof(float);
-  allow_shared_row(backward_query_rows_kernel, query_shared, "cuda::attention_backward");
-  allow_shared_row(backward_key_rows_kernel, key_shared, "cuda::attention_backward");
+  detail::allow_shared_row(backward_query_rows_kernel, query_shared, "cuda::attention_backward");
+  detail::allow_shared_row(backward_key_rows_kernel, key_shared, "cuda::attention_backward");
+  keep_async_allocations();
   float* row_dot = nullptr;  // D_i per (head, query row), between the two kernels only
   TEDSIM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&row_dot),
                                     static_cast<std::size_t>(heads) * seq * sizeof(float), 0));

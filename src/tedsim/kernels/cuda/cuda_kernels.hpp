@@ -111,8 +111,8 @@ void dispatch(Dtype type, int tokens, int k, int experts, int capacity, int hidd
 void combine(Dtype type, int tokens, int k, int experts, int capacity, int hidden, const int* expert,
              const int* position, const float* weight, const void* buf, void* out);
 
-// Attention core forward, fp32, [heads, s, d]: one block per query row (s <= 12288 for the
-// shared-memory score row).
+// Attention core forward, fp32, [heads, s, d]: one block per query row, the score row in shared
+// memory (s up to ~12k floats by default, more where the device allows; InputError beyond).
 void attention_forward(int heads, int seq, int head_dim, bool causal, const float* q, const float* k, const float* v,
                        float* out);
 

@@ -102,6 +102,7 @@ __global__ void adam_kernel(std::size_t n, float lr, float b1, float b2, float e
 void layernorm_forward(Dtype type, int rows, int hidden, float eps, const void* x, const float* gamma,
                        const float* beta, void* y, float* mean, float* rstd) {
   if (rows <= 0) return;
+  if (hidden <= 0) throw InputError("cuda::layernorm_forward: hidden must be positive, got " + std::to_string(hidden));
   const int threads = hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32;
   detail::with_type(type, [&](auto tag) {
     using T = decltype(tag);

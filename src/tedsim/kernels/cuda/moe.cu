@@ -41,7 +41,7 @@ __global__ void topk_softmax_kernel(const float* logits, int tokens, int experts
   const float m = best_v[0];
   float s = 0.0f;
   float* p = probs + static_cast<std::size_t>(t) * experts;
-  for (int e = 0; e < experts; ++e) s += (p[e] = __expf(x[e] - m));
+  for (int e = 0; e < experts; ++e) s += (p[e] = expf(x[e] - m));  // expf, not __expf: the CPU check allows 1e-5
   const float inv = 1.0f / s;
   for (int e = 0; e < experts; ++e) p[e] *= inv;
 }
@@ -234,7 +234,7 @@ void dispatch(Dtype type, int tokens, int k, int experts, int capacity, int hidd
               const int* position, const void* x, void* buf) {
   const std::size_t buf_bytes = static_cast<std::size_t>(experts) * capacity * hidden * bytes_of(type);
   TEDSIM_CUDA_CHECK(cudaMemsetAsync(buf, 0, buf_bytes));
-  if (tokens == 0) return;
+  if (tokens == 0 || hidden <= 0) return;
   const int threads = hidden >= 256 ? 256 : ((hidden + 31) / 32) * 32;
   detail::with_type(type, [&](auto tag) {
     using T = decltype(tag);
@@ -246,7 +246,7 @@ void dispatch(Dtype type, int tokens, int k, int experts, int capacity, int hidd
 
 void combine(Dtype type, int tokens, int k, int /*experts*/, int capacity, int hidden, const int* expert,
              const int* position, const float* weight, const void* buf, void* out) {
-  if (tokens == 0) return;
+  if (tokens == 0 || hidden <= 0) return;
   const int threads = hidden >= 256 ? 256 : ((hidden + 31) / 32) * 32;
   detail::with_type(type, [&](auto tag) {
     using T = decltype(tag);

@@ -6,7 +6,12 @@
 namespace tedsim::kernels::cuda {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) TEDSIM_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but would make the next launch check blame another kernel
+    detail::fail(__FILE__, __LINE__, "cudaMalloc of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(err));
+  }
 }
 DeviceBuffer::~DeviceBuffer() {
   if (ptr_) cudaFree(ptr_);  // no throw from a destructor
