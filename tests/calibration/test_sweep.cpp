@@ -4,8 +4,10 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "tedsim/calibration/sweep.hpp"
+#include "tedsim/core/error.hpp"
 
 namespace tedsim::calibration {
 namespace {
@@ -55,6 +57,22 @@ TEST(Sweep, RanksPlacedOnOneHostNeverCrossIslands) {
                     .second)
         << "measured twice: " << to_string(c.op) << " over " << c.span.ranks << " ranks, count " << c.count;
   }
+}
+
+TEST(Sweep, RanksMustBePlacedInBlocksPerHost) {
+  using Hosts = std::vector<std::string>;
+  EXPECT_NO_THROW(require_block_placement(Hosts{"a"}));
+  EXPECT_NO_THROW(require_block_placement(Hosts{"a", "a", "b", "b"}));
+  EXPECT_NO_THROW(require_block_placement(Hosts{"a", "a", "a", "b"}));  // a partly filled last host
+  try {
+    require_block_placement(Hosts{"a", "b", "a", "b"});  // round-robin (mpirun --map-by node)
+    ADD_FAILURE() << "round-robin placement accepted";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 1 runs on b, rank 0 on a"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--map-by slot"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(require_block_placement(Hosts{"a", "b", "b", "b"}), InputError);  // first host short
 }
 
 }  // namespace

@@ -54,10 +54,12 @@ void gather_hosts(Provenance& p) {
   std::vector<char> all(std::size_t(size) * MPI_MAX_PROCESSOR_NAME);
   MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
   std::map<std::string, int> per_host;
+  std::vector<std::string> host_of_rank;
   for (int r = 0; r < size; ++r) {
-    const std::string h(&all[std::size_t(r) * MPI_MAX_PROCESSOR_NAME]);
-    if (per_host[h]++ == 0) p.hosts.push_back(h);
+    host_of_rank.emplace_back(&all[std::size_t(r) * MPI_MAX_PROCESSOR_NAME]);
+    if (per_host[host_of_rank.back()]++ == 0) p.hosts.push_back(host_of_rank.back());
   }
+  require_block_placement(host_of_rank);  // every rank sees the same names, so all agree
   p.ranks = size;
   p.ranks_per_node = 1;
   for (const auto& [h, n] : per_host) p.ranks_per_node = std::max(p.ranks_per_node, n);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "tedsim/comm/collective_check.hpp"
@@ -101,6 +102,22 @@ std::string Sweep::digest() const {
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
   return text;
+}
+
+void require_block_placement(const std::vector<std::string>& host_of_rank) {
+  std::map<std::string, int> per_host;
+  for (const std::string& h : host_of_rank) ++per_host[h];
+  int block = 1;
+  for (const auto& [host, n] : per_host) block = std::max(block, n);
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r) {
+    const std::size_t first = r / std::size_t(block) * std::size_t(block);  // first rank of r's block
+    if (host_of_rank[r] != host_of_rank[first]) {
+      throw InputError("calibrate: rank " + std::to_string(r) + " runs on " + host_of_rank[r] + ", rank " +
+                       std::to_string(first) + " on " + host_of_rank[first] + ": the group shapes assume ranks in blocks of " +
+                       std::to_string(block) + " per host (ranks 0-" + std::to_string(block - 1) +
+                       " on the first host, and so on); launch with `mpirun --map-by slot` or `srun --distribution=block`");
+    }
+  }
 }
 
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& o) {

@@ -65,4 +65,10 @@ struct Sweep {
 
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& options);
 
+// The group shapes a sweep labels its collectives with (and the cost model looks up) assume ranks
+// placed in blocks: ranks 0..p-1 on the first host, p..2p-1 on the next, p = the most ranks on one
+// host. Throws InputError, naming the first rank out of place and the launch flags that place
+// ranks in blocks, when `host_of_rank` (host name per world rank) is placed otherwise.
+void require_block_placement(const std::vector<std::string>& host_of_rank);
+
 }  // namespace tedsim::calibration
