@@ -88,7 +88,12 @@ const char* redop_name(const CollectiveResult& r) {
 float collective_input_value(const CollectiveCase& c, int n, int r, std::int64_t i) { return input_value(c, n, r, i); }
 double collective_tolerance(const CollectiveCase& c, int n) { return tolerance(c, n); }
 
-CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
+namespace {
+
+// `starter` begins every timed repetition with a barrier: the group itself, or (all groups of a
+// kind at once) the world, so the groups' repetitions overlap as in a step instead of drifting
+// apart, which would leave the slowest group's later repetitions with the links to itself.
+CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveCase& c, Communicator& starter) {
   const int n = comm.size(), me = comm.rank();
   if (c.count < 0 || c.warmup < 0 || c.iters < 1)
     throw InputError(comm.where() + ": collective check needs count >= 0, warmup >= 0, iters >= 1");
@@ -171,7 +176,7 @@ CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   for (int it = 0; it < c.iters; ++it) {
     if (c.in_place) upload_input();
     // Start together, so a late rank's skew is not charged to the collective.
-    comm.barrier();
+    starter.barrier();
     timer->start();
     run_once();
     timer->stop();
@@ -200,9 +205,15 @@ CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
   return res;
 }
 
+}  // namespace
+
+CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c) {
+  return check_and_time_started_by(comm, c, comm);
+}
+
 CollectiveResult check_and_time_groups(Communicator& world, Communicator& group,
                                        const CollectiveCase& c) {
-  CollectiveResult r = check_and_time(group, c);
+  CollectiveResult r = check_and_time_started_by(group, c, world);
   // Group results are already agreed inside each group; count each group once, via its rank 0.
   const bool leader = group.rank() == 0;
   r.groups = int(world.host_sum(leader ? 1 : 0));

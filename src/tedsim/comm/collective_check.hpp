@@ -53,7 +53,8 @@ double collective_tolerance(const CollectiveCase& c, int n);
 CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c);
 
 // Every group of one kind at once (all TP groups, all expert groups, ...): each rank passes its own
-// `group`, split from `world`. Collective over `world`. The result is the same on every rank: the
+// `group`, split from `world`. Collective over `world`; every timed repetition starts with a world
+// barrier, so the groups' repetitions overlap (contention as in a step). The result is the same on every rank: the
 // slowest group's times (it sets the pace of a TED step), bandwidths from those, #wrong summed
 // over all groups, and `groups` = how many ran.
 CollectiveResult check_and_time_groups(Communicator& world, Communicator& group,
