@@ -273,34 +273,28 @@ TEST_F(Gpu, AdamMatchesCpu) {
   }
 }
 
+// cu::attention_forward against the CPU reference on random q, k, v of [heads, seq, d].
+void expect_attention_matches_cpu(int heads, int seq, int d, bool causal, const char* what) {
+  const std::size_t n = static_cast<std::size_t>(heads) * seq * d;
+  const auto q = random_vector(n, 41), k = random_vector(n, 42), v = random_vector(n, 43);
+  std::vector<float> probs(static_cast<std::size_t>(heads) * seq * seq), out_ref(n);
+  attention_forward(heads, seq, d, causal, q.data(), k.data(), v.data(), probs.data(), out_ref.data());
+  const std::vector<float> zeros(n, 0.0f);
+  DevF32 dq(q), dk(k), dv(v), dout(zeros);
+  cu::attention_forward(heads, seq, d, causal, dq.ptr(), dk.ptr(), dv.ptr(), dout.ptr());
+  expect_close(dout.to_host(), out_ref, 1e-4, 0.1, what);
+}
+
 TEST_F(Gpu, AttentionForwardMatchesCpu) {
   for (bool causal : {false, true}) {
-    for (int seq : {1, 64, 300}) {
-      const int heads = 3, d = 64;
-      const std::size_t n = static_cast<std::size_t>(heads) * seq * d;
-      const auto q = random_vector(n, 41), k = random_vector(n, 42), v = random_vector(n, 43);
-      std::vector<float> probs(static_cast<std::size_t>(heads) * seq * seq), out_ref(n);
-      attention_forward(heads, seq, d, causal, q.data(), k.data(), v.data(), probs.data(), out_ref.data());
-      const std::vector<float> zeros(n, 0.0f);
-      DevF32 dq(q), dk(k), dv(v), dout(zeros);
-      cu::attention_forward(heads, seq, d, causal, dq.ptr(), dk.ptr(), dv.ptr(), dout.ptr());
-      expect_close(dout.to_host(), out_ref, 1e-4, 0.1, "attention");
-    }
+    for (int seq : {1, 64, 300}) expect_attention_matches_cpu(3, seq, 64, causal, "attention");
   }
 }
 
 // A score row of 12270 floats (49080 bytes) plus the kernel's static scratch passes the 48 KiB
 // default only with the shared-memory opt-in, which must count the static bytes too.
 TEST_F(Gpu, AttentionForwardLongRowNeedsTheSharedMemoryOptIn) {
-  const int heads = 1, seq = 12270, d = 16;
-  const std::size_t n = static_cast<std::size_t>(heads) * seq * d;
-  const auto q = random_vector(n, 44), k = random_vector(n, 45), v = random_vector(n, 46);
-  std::vector<float> probs(static_cast<std::size_t>(heads) * seq * seq), out_ref(n);
-  attention_forward(heads, seq, d, true, q.data(), k.data(), v.data(), probs.data(), out_ref.data());
-  const std::vector<float> zeros(n, 0.0f);
-  DevF32 dq(q), dk(k), dv(v), dout(zeros);
-  cu::attention_forward(heads, seq, d, true, dq.ptr(), dk.ptr(), dv.ptr(), dout.ptr());
-  expect_close(dout.to_host(), out_ref, 1e-4, 0.1, "attention, long row");
+  expect_attention_matches_cpu(1, 12270, 16, true, "attention, long row");
 }
 
 TEST(GpuDiscovery, NeverCrashes) {
