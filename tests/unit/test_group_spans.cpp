@@ -82,5 +82,29 @@ TEST(AnalyticProfile, CollectivesGrowWithBytesAndCrossingNodes) {
   EXPECT_EQ(p.collective_seconds(CollectiveOp::all_reduce, single, 1e8), 0.0);
 }
 
+// Summit (6 GPUs per node), t=2, e=8 on 64 GPUs: the widest expert group has 3 members on one
+// node and 4 expert groups share some node; 3 x 4 = 12 senders is more than the node's 6 GPUs.
+// A node's all-to-all egress is at most its 6 devices' outgoing shares, (n-1)/n of the bytes each.
+TEST(AnalyticProfile, AllToAllNeverChargesANodeForMoreSendersThanDevices) {
+  const TopologySpec summit = test::topology("summit");
+  const GroupSpan expert = compute_group_spans(TedLayout(64, 2, 8, RankLayout::ted), summit).expert.widest();
+  EXPECT_EQ(expert.ranks, 8);
+  EXPECT_GT(expert.max_ranks_per_node * expert.groups_per_node, summit.devices_per_node);
+  AnalyticProfile p(summit);
+  const double bytes = 4.0 * 1048576;
+  const double node_bw = summit.inter.bandwidth_gbs * kGB * summit.inter.efficiency;
+  const double bound = bytes * 7.0 / 8.0 * summit.devices_per_node / node_bw + 7 * summit.inter.latency_us * kMicro;
+  EXPECT_LE(p.collective_seconds(CollectiveOp::all_to_all, expert, bytes), bound * (1 + 1e-12));
+  // Where groups do fit the node (8 GPUs per node, one group member each), the cap changes nothing.
+  const TopologySpec theta = test::topology("thetagpu");
+  const GroupSpan spread = compute_group_spans(TedLayout(64, 8, 8, RankLayout::ted), theta).expert.widest();
+  ASSERT_LE(spread.max_ranks_per_node * spread.groups_per_node, theta.devices_per_node);
+  const double theta_bw = theta.inter.bandwidth_gbs * kGB * theta.inter.efficiency;
+  const double k = spread.max_ranks_per_node, n = spread.ranks;
+  EXPECT_NEAR(AnalyticProfile(theta).collective_seconds(CollectiveOp::all_to_all, spread, bytes),
+              bytes * (n - k) / n * k * spread.groups_per_node / theta_bw + (n - 1) * theta.inter.latency_us * kMicro,
+              1e-12);
+}
+
 }  // namespace
 }  // namespace tedsim

@@ -54,8 +54,14 @@ double AnalyticProfile::collective_seconds(CollectiveOp op, const GroupSpan& spa
     // Each rank sends bytes/n to every other rank: (k-1)/n of it stays in the node, (n-k)/n leaves.
     const double k = span.max_ranks_per_node;
     const double intra_s = bytes * (k - 1.0) / n / intra_bw;
-    // Every member of every group on the node pushes its outgoing share through the node's NICs.
-    const double inter_s = multi_node ? bytes * (n - k) / n * k / inter_bw_per_group : 0.0;
+    // Every member of every group on the node pushes its outgoing share through the node's NICs:
+    // k senders per group, groups_per_node groups. Both are worst cases over the nodes, taken
+    // separately, so their product can exceed the node's devices; no node sends more than all of
+    // its devices with their largest outgoing share, (n-1)/n each.
+    const double node_bw = topo_.inter.bandwidth_gbs * kGB * topo_.inter.efficiency;
+    const double egress = std::min(bytes * (n - k) / n * k * std::max(1, span.groups_per_node),
+                                   bytes * (n - 1.0) / n * topo_.devices_per_node);
+    const double inter_s = multi_node ? egress / node_bw : 0.0;
     return std::max(intra_s, inter_s) + (n - 1) * alpha;
   }
   const double wire_bytes = bytes * bus_bandwidth_factor(op, n);
