@@ -51,5 +51,26 @@ TEST(Flops, NoCheckpointingRemovesTheRecomputedForward) {
   EXPECT_DOUBLE_EQ(p.flops_per_iteration, p.model_flops_per_iteration);
 }
 
+// The model's FLOPs do not depend on how experts are split: with expert TP each tensor rank runs
+// 1/t of F, with DTD 1/t of the tokens, and with neither every tensor rank runs the same expert
+// work (counted once in model FLOPs, t times in hardware FLOPs).
+TEST(Flops, ModelFlopsCountReplicatedExpertWorkOnce) {
+  test::Bench bench(test::model("ted-1.3b"), "summit");
+  double reference = 0;
+  for (bool expert_tp : {true, false}) {
+    for (bool dtd : {true, false}) {
+      ParallelConfig c = test::config(64, 2, 8, 1, 512);
+      c.expert_tp = expert_tp;
+      c.dtd = dtd;
+      const Prediction p = bench.evaluator.evaluate(c);
+      if (reference == 0) reference = p.model_flops_per_iteration;
+      EXPECT_NEAR(p.model_flops_per_iteration / reference, 1.0, 1e-9) << "expert_tp " << expert_tp << " dtd " << dtd;
+      if (!expert_tp && !dtd) {
+        EXPECT_GT(p.flops_per_iteration - p.model_flops_per_iteration, 0.2 * reference);  // the duplicates
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tedsim

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 namespace tedsim {
@@ -307,7 +308,23 @@ Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profi
   };
   const double head = w.head_forward.flops + w.head_backward.flops;
   w.flops_per_microbatch = dense_layers * pass_flops(w.dense, true) + moe_layers * pass_flops(w.moe, true) + head;
-  w.model_flops_per_microbatch = dense_layers * pass_flops(w.dense, false) + moe_layers * pass_flops(w.moe, false) + head;
+  // Model FLOPs count the model's work once. Every tensor rank runs the gate on all T tokens, and
+  // without expert TP and DTD also the same expert GEMMs on the same tokens (whole F, all C rows):
+  // hardware FLOPs (above), but one tensor group's work, of which this rank's share is 1/t.
+  const bool experts_replicated = m.is_moe() && s.t > 1 && !c.expert_tp && !c.dtd;
+  auto replicated_flops = [&](const Block& b) {
+    double f = 0;
+    for (int i = 0; i < b.count; ++i) {
+      const char* name = b.ops[i].name;
+      const bool expert_gemm = std::strcmp(name, "expert_fc1") == 0 || std::strcmp(name, "expert_fc2") == 0;
+      if (std::strcmp(name, "gate") == 0 || (experts_replicated && expert_gemm)) f += b.ops[i].flops;
+    }
+    return f;
+  };
+  const double moe_duplicates =
+      (replicated_flops(w.moe.forward) + replicated_flops(w.moe.backward)) * (1.0 - 1.0 / double(s.t));
+  w.model_flops_per_microbatch = dense_layers * pass_flops(w.dense, false) +
+                                 moe_layers * (pass_flops(w.moe, false) - moe_duplicates) + head;
 
   // Optimizer over owned shards. Adam moves ~32 bytes per parameter: fp32 master weight, m, v read
   // and written (24), the gradient upcast (4 + 2) and the updated half-precision weight (2).
