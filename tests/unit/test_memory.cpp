@@ -1,6 +1,9 @@
 // Memory per device: parameter state against the closed form, and the parts that must move.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "test_helpers.hpp"
 #include "tedsim/model/memory.hpp"
 
@@ -60,6 +63,21 @@ TEST(Memory, CheckpointingCacAndTilingMoveTheRightParts) {
   const MemoryBreakdown untiled = bench.evaluator.evaluate(c).memory;
   EXPECT_GT(untiled.optimizer_spike, cac.optimizer_spike);
   EXPECT_LE(cac.optimizer_spike, 4.0 * kOptimizerTileElems);
+}
+
+// At tensor degree 1 there are no tensor all-reduces: CAC stashes the two all-to-alls' outputs
+// of each MoE layer and nothing else.
+TEST(Memory, CacAtTensorDegreeOneStashesOnlyTheAllToAlls) {
+  const ModelSpec m = test::model("ted-2.7b");
+  test::Bench bench(m, "thetagpu");
+  ParallelConfig c = test::config(32, 1, 4, 2, 64);
+  c.checkpoint = true;
+  c.cac = true;
+  const MemoryBreakdown mem = bench.evaluator.evaluate(c).memory;
+  const double T = 2.0 * m.seq_len, E = m.moe.experts;
+  const double C = std::max(std::ceil(m.moe.top_k * m.moe.capacity_factor * T / E), double(m.moe.min_capacity));
+  const double a2a = E * C * m.hidden * bytes_of(m.dtype);
+  EXPECT_DOUBLE_EQ(mem.cac_stash, m.moe_layers() * 2.0 * a2a);
 }
 
 TEST(Memory, ActivationsFollowKorthikantiForADenseLayer) {

@@ -37,9 +37,9 @@ LayerActivations layer_activations(const ModelSpec& m, const ParallelConfig& c, 
                 slots * h * B;
     // Transient: dispatch buffer, all-to-all receive buffers, expert output.
     l.moe_transient = slots * h * B + 2.0 * a2a + rows * h * B;
-    // CAC keeps every collective's output: attention all-reduce, both all-to-alls, the expert
-    // all-reduce and DTD's all-gathers.
-    l.cac_moe = T * h * B + (s.e > 1 ? 2.0 * a2a : 0.0) + (c.expert_tp && s.t > 1 ? rows * h * B : 0.0) +
+    // CAC keeps every collective's output: attention all-reduce (t > 1), both all-to-alls, the
+    // expert all-reduce and DTD's all-gathers.
+    l.cac_moe = (s.t > 1 ? T * h * B : 0.0) + (s.e > 1 ? 2.0 * a2a : 0.0) + (c.expert_tp && s.t > 1 ? rows * h * B : 0.0) +
                 (gathered ? (c.expert_tp ? 2.0 : 1.0) * slots * h * B : 0.0);
   }
   if (s.t == 1) l.cac_dense = 0;  // no tensor all-reduces to stash
