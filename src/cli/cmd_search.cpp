@@ -29,7 +29,7 @@ TextTable ranking_table(const SearchResult& r) {
     const ParallelConfig& c = p.config;
     table.add_row({std::to_string(rank++), std::to_string(c.tp), std::to_string(c.ep), std::to_string(c.dp()),
                    std::to_string(c.dp_expert()), std::to_string(c.micro_batch), std::to_string(c.grad_accum()),
-                   yn(c.dtd), yn(c.cac), yn(c.checkpoint), std::to_string(c.zero), yn(c.expert_tp),
+                   yn(c.dtd), yn(c.cac), yn(c.full_recompute()), std::to_string(c.zero), yn(c.expert_tp),
                    yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", fixed(p.sim.iteration_s, 4),
                    fixed(p.tokens_per_s, 0), fixed(p.tflops_per_gpu, 1), fixed(100 * p.mfu, 1),
                    fixed(p.memory.peak / kGiB, 2)});

@@ -80,6 +80,17 @@ void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
   text("layout", "--layout", o.knobs.layout);
   if (y.has("seq")) integer("seq", "--seq", o.in.seq_len);
   if (y.has("tiled_optimizer")) flag("tiled_optimizer", "--tiled-optimizer", "--no-tiled-optimizer", o.knobs.tiled);
+  // The pipeline, recompute and sequence-parallel keys are optional: absent, they are off.
+  if (y.has("pp")) integer("pp", "--pp", o.knobs.pp);
+  if (y.has("vpp")) integer("vpp", "--vpp", o.knobs.vpp);
+  if (y.has("pipeline_layout")) text("pipeline_layout", "--pipeline-layout", o.knobs.pipeline_layout);
+  if (y.has("recompute")) text("recompute", "--recompute", o.knobs.recompute);
+  if (y.has("recompute_modules")) text("recompute_modules", "--recompute-modules", o.knobs.recompute_modules);
+  if (y.has("sequence_parallel"))
+    flag("sequence_parallel", "--sequence-parallel", "--no-sequence-parallel", o.knobs.sequence_parallel);
+  o.knobs.cac_given = true;  // a config file states cac, dtd and checkpoint
+  o.knobs.dtd_given = true;
+  o.knobs.checkpoint_given = given(cmd, "--checkpoint");
   y.reject_unknown_keys();
 }
 
@@ -110,6 +121,11 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   // The training step implements ZeRO 0 and 1; a ZeRO-2 prediction would be compared with a run
   // that is not ZeRO-2.
   if (c.zero > 1) throw InputError("--zero " + std::to_string(c.zero) + ": validate runs ZeRO stages 0 and 1");
+  // The training step does not run these yet; a prediction would be compared with another run.
+  if (c.pp > 1) throw InputError("--pp " + std::to_string(c.pp) + ": validate cannot run pipeline parallelism yet (simulate and search model it)");
+  if (c.sequence_parallel) throw InputError("--sequence-parallel: validate cannot run sequence parallelism yet (simulate and search model it)");
+  if (c.recompute == Recompute::selective)
+    throw InputError("--recompute selective: validate cannot run selective recompute yet (simulate and search model it)");
   for (int p = 0; p < runtime::kPhaseCount; ++p)
     if (std::strcmp(runtime::phase_key(p), to_string(Phase(p))) != 0)
       throw RunError("validate: runtime phase " + std::string(runtime::phase_key(p)) + " does not match cost-model phase " +

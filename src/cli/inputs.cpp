@@ -28,13 +28,24 @@ void add_input_options(CLI::App& app, InputOptions& o) {
 }
 
 void add_config_options(CLI::App& app, ConfigOptions& o) {
+  app.add_option("--pp", o.pp, "pipeline degree P (stages; pipeline outermost in the rank order)")->capture_default_str();
+  app.add_option("--vpp", o.vpp, "model chunks per pipeline rank V (1: 1F1B, > 1: interleaved 1F1B)")->capture_default_str();
+  app.add_option("--pipeline-layout", o.pipeline_layout,
+                 "explicit split, Megatron-Core's layout string, e.g. 'Et|(tt|)*30tL' (E embedding, t layer, L loss)");
   app.add_option("--tp", o.tp, "tensor degree t")->capture_default_str();
   app.add_option("--ep", o.ep, "expert degree e (ignored for dense models)")->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "sequences per data-parallel replica per micro-batch")->capture_default_str();
-  app.add_option("--zero", o.zero, "ZeRO stage 0, 1 or 2")->capture_default_str();
+  app.add_option("--zero", o.zero, "ZeRO stage 0, 1, 2 or 3")->capture_default_str();
   app.add_flag("--dtd,!--no-dtd", o.dtd, "duplicate token dropping around the expert all-to-alls (default on)");
   app.add_flag("--cac,!--no-cac", o.cac, "communication-aware checkpointing (default on)");
-  app.add_flag("--checkpoint,!--no-checkpoint", o.checkpoint, "activation checkpointing (default on)");
+  app.add_flag("--checkpoint,!--no-checkpoint", o.checkpoint,
+               "activation checkpointing: aliases of --recompute full / none (default on)");
+  app.add_option("--recompute", o.recompute, "none, selective or full (default: full, or as --checkpoint says)");
+  app.add_option("--recompute-modules", o.recompute_modules,
+                 "with --recompute selective: core_attn, layernorm, mlp, moe_act, moe, shared_experts")
+      ->capture_default_str();
+  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel,
+               "sequence parallelism with tensor parallelism (default off)");
   app.add_flag("--expert-tp,!--no-expert-tp", o.expert_tp, "split experts over the tensor group (default on)");
   app.add_flag("--tiled-optimizer,!--no-tiled-optimizer", o.tiled, "tile the expert optimizer step (default on)");
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
@@ -46,6 +57,9 @@ void note_defaulted_degrees(const CLI::App& app, ConfigOptions& o) {
   for (const auto& [flag, value] : degrees) {
     if (app.count(flag) == 0) o.defaulted.push_back(std::string(flag) + " " + std::to_string(value));
   }
+  o.cac_given = app.count("--cac") > 0;
+  o.dtd_given = app.count("--dtd") > 0;
+  o.checkpoint_given = app.count("--checkpoint") > 0;
 }
 
 namespace {
@@ -85,13 +99,24 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.gpus = in.gpus;
   c.global_batch = in.global_batch;
   c.seq_len = in.seq_len;
+  c.pp = k.pp;
+  c.vpp = k.vpp;
+  c.pipeline_layout = k.pipeline_layout;
   c.tp = k.tp;
   c.ep = model.is_moe() ? k.ep : 1;
   c.micro_batch = k.micro_batch;
   c.zero = k.zero;
-  c.dtd = k.dtd;
-  c.cac = k.cac;
-  c.checkpoint = k.checkpoint;
+  c.sequence_parallel = k.sequence_parallel;
+  c.recompute = k.checkpoint ? Recompute::full : Recompute::none;
+  if (!k.recompute.empty()) {
+    c.recompute = parse_recompute(k.recompute);
+    if (k.checkpoint_given && (c.recompute == Recompute::full) != k.checkpoint)
+      throw InputError(std::string(k.checkpoint ? "--checkpoint" : "--no-checkpoint") + " contradicts --recompute " +
+                       k.recompute + " (--checkpoint means full, --no-checkpoint none)");
+  }
+  c.recompute_modules = parse_recompute_modules(k.recompute_modules);
+  c.dtd = k.dtd_given ? k.dtd : k.dtd && !c.sequence_parallel;
+  c.cac = k.cac_given ? k.cac : k.cac && c.full_recompute();
   c.expert_tp = k.expert_tp;
   c.tiled_optimizer = k.tiled;
   c.layout = parse_layout(k.layout);

@@ -37,16 +37,23 @@ struct Inputs {
 
 // The knobs of one configuration, shared by simulate and validate (each sets its own defaults).
 struct ConfigOptions {
-  int tp = 1, ep = 1, micro_batch = 1, zero = 1;
-  bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true;
+  int pp = 1, vpp = 1, tp = 1, ep = 1, micro_batch = 1, zero = 1;
+  bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true, sequence_parallel = false;
+  std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
+  std::string recompute_modules = "core_attn";
+  std::string pipeline_layout;
   std::string layout = "ted";
   // Degrees the user did not give (e.g. "--ep 16"), named when the configuration is invalid.
   std::vector<std::string> defaulted;
+  // Defaults that follow other choices unless given: CAC is off without full recompute, DTD off
+  // with sequence parallelism (which already splits the tokens before the router).
+  bool cac_given = false, dtd_given = false, checkpoint_given = false;
 };
 
 void add_input_options(CLI::App& app, InputOptions& options);
 void add_config_options(CLI::App& app, ConfigOptions& options);
-// After parsing: records which of --tp, --ep, --micro-batch, --zero kept their defaults.
+// After parsing: records which of --tp, --ep, --micro-batch, --zero kept their defaults, and which
+// of the flags whose defaults follow other choices were given.
 void note_defaulted_degrees(const CLI::App& app, ConfigOptions& options);
 // The configuration these options describe for `model`; throws InputError naming the broken rule,
 // the degrees that were defaults, and the --tp/--ep pairs that are valid for this model, cluster

@@ -104,7 +104,7 @@ void BM_TrainingStep(benchmark::State& state) {
   c.gpus = 1;
   c.micro_batch = static_cast<int>(state.range(0));
   c.global_batch = c.micro_batch;
-  c.checkpoint = false;
+  c.recompute = Recompute::none;
   c.cac = false;
   c.zero = 0;
   runtime::Trainer trainer(*g_world, m, c, runtime::TrainerOptions{});

@@ -58,7 +58,7 @@ const TrainRun& golden() {
       c.gpus = 1;
       c.micro_batch = kMicroBatch;
       c.global_batch = kGlobalBatch;
-      c.checkpoint = false;
+      c.recompute = Recompute::none;
       c.zero = 0;
       run = train(*sub, c);
     }
@@ -101,7 +101,7 @@ TEST_P(Equivalence, MatchesSingleRank) {
   c.layout = k.layout;
   c.dtd = k.dtd;
   c.cac = k.cac;
-  c.checkpoint = k.checkpoint;
+  c.recompute = k.checkpoint ? Recompute::full : Recompute::none;
   c.expert_tp = k.expert_tp;
   c.zero = k.zero;
   const TrainRun run = train(world, c);

@@ -38,7 +38,7 @@ ParallelConfig one_rank(bool checkpoint) {
   c.gpus = 1;
   c.micro_batch = 2;
   c.global_batch = 4;  // two micro-batches: gradient accumulation on the device
-  c.checkpoint = checkpoint;
+  c.recompute = checkpoint ? Recompute::full : Recompute::none;
   c.cac = checkpoint;
   c.zero = 0;
   return c;

@@ -32,7 +32,7 @@ TEST_P(GradCheck, EveryParameterKindMatchesFiniteDifferences) {
   c.gpus = 1;
   c.micro_batch = 2;
   c.global_batch = 4;  // two micro-batches: gradient accumulation is part of the check
-  c.checkpoint = true;
+  c.recompute = Recompute::full;
   c.cac = true;
   c.zero = 0;
   runtime::TrainerOptions o;

@@ -21,7 +21,7 @@ TEST(RuntimeTraining, TinyMoeLossFallsOver50Steps) {
   c.gpus = 1;
   c.micro_batch = 2;
   c.global_batch = 4;
-  c.checkpoint = true;
+  c.recompute = Recompute::full;
   c.cac = true;
   runtime::TrainerOptions o;
   o.lr = 3e-3f;

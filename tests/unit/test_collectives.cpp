@@ -21,7 +21,7 @@ class Ted13Layers : public ::testing::Test {
   test::Bench bench{test::model("ted-1.3b"), "thetagpu"};
   ParallelConfig base() const {
     ParallelConfig c = test::config(16, 2, 4, 1, 64);
-    c.checkpoint = true;
+    c.recompute = Recompute::full;
     c.cac = false;
     c.dtd = false;
     return c;
@@ -57,7 +57,7 @@ TEST_F(Ted13Layers, CacTakesMoeLayersFromSixPlusSixToFourPlusFour) {
 
 TEST_F(Ted13Layers, WithoutCheckpointingThereIsNoRecompute) {
   ParallelConfig c = base();
-  c.checkpoint = false;
+  c.recompute = Recompute::none;
   const Workload w = bench.workload(c);
   EXPECT_EQ(w.moe.recompute.count, 0);
   EXPECT_EQ(per_microbatch(w.moe, A2A, GroupKind::expert), 4);

@@ -24,7 +24,7 @@ TEST_P(DenseFlops, MatchesStandardFormulaWithin1Percent) {
   m.set_experts(0);
   test::Bench bench(m, "thetagpu");
   ParallelConfig c = test::config(k.gpus, k.tp, 1, k.micro_batch, k.global_batch);
-  c.checkpoint = true;
+  c.recompute = Recompute::full;
   const Prediction p = bench.evaluator.evaluate(c);
   const double expected = standard_flops(k.global_batch, m.seq_len, m.layers, m.hidden, m.vocab);
   EXPECT_NEAR(p.flops_per_iteration / expected, 1.0, 0.01)
@@ -42,7 +42,7 @@ TEST(Flops, NoCheckpointingRemovesTheRecomputedForward) {
   m.set_experts(0);
   test::Bench bench(m, "thetagpu");
   ParallelConfig c = test::config(8, 2, 1, 2, 32);
-  c.checkpoint = false;
+  c.recompute = Recompute::none;
   const Prediction p = bench.evaluator.evaluate(c);
   // 72*B*s*L*h^2*(1 + s/(6h)) + 6*B*s*h*V: three passes of the layers, the head unchanged.
   const double B = 32, s = m.seq_len, L = m.layers, h = m.hidden, V = m.vocab;

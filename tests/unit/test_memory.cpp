@@ -48,10 +48,10 @@ TEST(Memory, ZeroStagesShardMoreState) {
 TEST(Memory, CheckpointingCacAndTilingMoveTheRightParts) {
   test::Bench bench(test::model("ted-2.7b"), "thetagpu");
   ParallelConfig c = test::config(32, 2, 4, 2, 64);
-  c.checkpoint = false;
+  c.recompute = Recompute::none;
   c.cac = false;
   const MemoryBreakdown full = bench.evaluator.evaluate(c).memory;
-  c.checkpoint = true;
+  c.recompute = Recompute::full;
   const MemoryBreakdown ckpt = bench.evaluator.evaluate(c).memory;
   EXPECT_LT(ckpt.activations, full.activations / 4);
   EXPECT_EQ(ckpt.cac_stash, 0.0);
@@ -71,7 +71,7 @@ TEST(Memory, CacAtTensorDegreeOneStashesOnlyTheAllToAlls) {
   const ModelSpec m = test::model("ted-2.7b");
   test::Bench bench(m, "thetagpu");
   ParallelConfig c = test::config(32, 1, 4, 2, 64);
-  c.checkpoint = true;
+  c.recompute = Recompute::full;
   c.cac = true;
   const MemoryBreakdown mem = bench.evaluator.evaluate(c).memory;
   const double T = 2.0 * m.seq_len, E = m.moe.experts;
@@ -85,7 +85,7 @@ TEST(Memory, ActivationsFollowKorthikantiForADenseLayer) {
   m.set_experts(0);
   test::Bench bench(m, "thetagpu");
   ParallelConfig c = test::config(8, 2, 1, 1, 8);
-  c.checkpoint = false;
+  c.recompute = Recompute::none;
   const MemoryBreakdown mem = bench.evaluator.evaluate(c).memory;
   const double s = m.seq_len, b = 1, h = m.hidden, a = m.heads, t = 2;
   const double per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));

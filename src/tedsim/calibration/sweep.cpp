@@ -40,6 +40,7 @@ class RecordingProfile final : public Profile {
   double collective_seconds(CollectiveOp, const GroupSpan&, double) const override {
     return 1e-6;
   }
+  double p2p_seconds(const GroupSpan&, double) const override { return 1e-6; }
   std::string describe() const override { return "recording"; }
 
   mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> gemms;

@@ -80,6 +80,29 @@ SpanSet spans_of(const TedLayout& layout, GroupKind kind, int per_node, int isla
   return set;
 }
 
+GroupSpan p2p_span_of(const TedLayout& layout, int per_node) {
+  GroupSpan worst;
+  worst.ranks = 2;
+  worst.max_ranks_per_node = 2;
+  const int stage = layout.stage_world();
+  for (int p = 0; p + 1 < layout.pipeline(); ++p) {
+    std::vector<int> crossing_on_node;
+    for (int r = 0; r < stage; ++r) {
+      const int from = p * stage + r, to = from + stage;
+      if (from / per_node == to / per_node) continue;
+      const std::size_t node = std::size_t(from / per_node);
+      if (crossing_on_node.size() <= node) crossing_on_node.resize(node + 1, 0);
+      const int sharing = ++crossing_on_node[node];
+      if (worst.nodes == 1 || sharing > worst.groups_per_node) {
+        worst.nodes = 2;
+        worst.max_ranks_per_node = 1;
+        worst.groups_per_node = sharing;
+      }
+    }
+  }
+  return worst;
+}
+
 }  // namespace
 
 double SpanSet::seconds(const Profile& profile, CollectiveOp op, double bytes) const {
@@ -96,6 +119,7 @@ const SpanSet& GroupSpans::of(GroupKind kind) const {
     case GroupKind::expert: return expert;
     case GroupKind::data: return data;
     case GroupKind::expert_data: return expert_data;
+    case GroupKind::pipeline: break;
   }
   return tensor;
 }
@@ -108,6 +132,7 @@ GroupSpans compute_group_spans(const TedLayout& layout, const TopologySpec& topo
   g.expert = spans_of(layout, GroupKind::expert, per_node, island);
   g.data = spans_of(layout, GroupKind::data, per_node, island);
   g.expert_data = spans_of(layout, GroupKind::expert_data, per_node, island);
+  g.p2p = p2p_span_of(layout, per_node);
   return g;
 }
 

@@ -24,6 +24,10 @@ struct SpanSet {
 
 struct GroupSpans {
   SpanSet tensor, expert, data, expert_data;
+  // Pipeline neighbours: a pair of ranks of adjacent stages, the slowest boundary's placement (two
+  // nodes if any pair of any boundary crosses nodes; groups_per_node: the pairs of one boundary
+  // whose sender shares a node, and so its NICs). Every boundary is priced like the slowest.
+  GroupSpan p2p;
   const SpanSet& of(GroupKind kind) const;
 };
 

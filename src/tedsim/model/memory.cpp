@@ -2,87 +2,178 @@
 
 #include <algorithm>
 
+#include "tedsim/sim/pipeline_schedule.hpp"
 #include "tedsim/spec/topology_spec.hpp"
 
 namespace tedsim {
-namespace {
 
-// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", for
-// 2-byte activations, tensor parallelism and no sequence parallelism:
-//   attention s*b*h*(3 + 8/t) + 5*a*s^2*b/t (two 2-byte tensors and a 1-byte mask per score),
-//   layernorms 4*s*b*h, MLP s*b*h*3 + intermediates (16*s*b*h/t for F = 4h with GeLU).
-// Scaled by act_bytes/2 for fp32 activations.
-struct LayerActivations {
-  double attention_and_norms, dense_mlp, moe_mlp, moe_transient, cac_dense, cac_moe;
-};
-
-LayerActivations layer_activations(const ModelSpec& m, const ParallelConfig& c, const StepShape& s) {
+LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& c, const StepShape& s) {
+  // Korthikanti et al. 2022 for 2-byte activations: per layer, attention 11sbh + 5as^2b, MLP 19sbh,
+  // layernorms 4sbh. With tensor parallelism, the parts inside the tensor-parallel blocks divide by
+  // t (attention 8sbh/t + 5as^2b/t, MLP 16sbh/t for F = 4h GeLU); the rest (the blocks' inputs 2sbh
+  // each, their dropout masks sbh each, the layernorms' inputs 4sbh: 10sbh) divides by t only with
+  // sequence parallelism. Selective recompute of the attention core drops 5as^2b/t.
   const double sb = double(s.s) * s.b, h = m.hidden, t = s.t, a = m.heads, B = s.act_bytes;
   const double scale = B / 2.0;
-  LayerActivations l{};
-  l.attention_and_norms = scale * (sb * h * (3.0 + 8.0 / t) + 5.0 * a * s.s * sb / t + 4.0 * sb * h);
+  const double shard = s.sp ? t : 1.0;  // the replicated parts with SP
+  const double block_input = scale * 2.0 * sb * h / shard;
+  const double dropout_mask = scale * sb * h / shard;
+  const double norm_inputs = scale * 4.0 * sb * h / shard;
+  const double attn_split = scale * 8.0 * sb * h / t;
+  const double attn_core = scale * 5.0 * a * s.s * sb / t;
   const double fc1_factor = m.activation == Activation::swiglu ? 2.0 : 1.0;
   // fc1 output (fc1_factor * F/t) and activation output (F/t), both in activation precision.
-  l.dense_mlp = scale * sb * h * 3.0 + sb * (fc1_factor + 1.0) * (double(m.ffn) / t) * B;
+  const double mlp_inner = sb * (fc1_factor + 1.0) * (double(m.ffn) / t) * B;
+  const bool ln = c.recomputes(kRecomputeLayernorm);
+
+  LayerActivationBytes l;
+  const double attention_full = block_input + dropout_mask + attn_split + attn_core;
+  const double attention = (ln ? 0.0 : block_input) + dropout_mask + attn_split +
+                           (c.recomputes(kRecomputeCoreAttn) ? 0.0 : attn_core);
+  const double dense_mlp_full = block_input + dropout_mask + mlp_inner;
+  const double dense_mlp = c.recomputes(kRecomputeMlp) ? (ln ? 0.0 : block_input) + dropout_mask
+                                                       : (ln ? 0.0 : block_input) + dropout_mask + mlp_inner;
+  l.dense_full = norm_inputs + attention_full + dense_mlp_full;
+  l.dense = norm_inputs + attention + dense_mlp;
   const double T = double(s.tokens);
-  l.cac_dense = 2.0 * T * h * B;
+  l.cac_dense = s.t > 1 ? 2.0 * T * h * B / shard : 0.0;  // the two tensor-parallel outputs
   if (m.is_moe()) {
     const double E = m.moe.experts, slots = E * double(s.capacity);
+    const double router_tokens = s.sp ? T / t : T;
     const double rows = double(s.expert_rows) * s.local_experts;
     const double a2a = E * double(s.capacity_a2a) * h * B;
-    const bool gathered = c.dtd && s.t > 1;
-    // Saved for backward: MLP input and mask, fp32 gate probabilities, expert inputs, fc1 and
-    // activation outputs, the combine input (its weights need it).
-    l.moe_mlp = scale * sb * h * 3.0 + T * E * 4.0 + rows * h * B + rows * (fc1_factor + 1.0) * s.ffn_local * B +
-                slots * h * B;
+    const bool gathered = (c.dtd && s.t > 1) || s.sp;
+    const double expert_act_out = rows * s.ffn_local * B;
+    // Saved for backward: the block's input and dropout mask, fp32 gate probabilities, expert
+    // inputs, fc1 and activation outputs, the combine input (its weights need it).
+    const double moe_inner = router_tokens * E * 4.0 + rows * h * B + rows * fc1_factor * s.ffn_local * B +
+                             expert_act_out + slots * h * B;
+    const double moe_full = block_input + dropout_mask + moe_inner;
+    const double moe_kept =
+        c.recomputes(kRecomputeMoe) ? (ln ? 0.0 : block_input) + dropout_mask
+                                    : (ln ? 0.0 : block_input) + dropout_mask + moe_inner -
+                                          (c.recomputes(kRecomputeMoeAct) ? expert_act_out : 0.0);
+    l.moe_full = norm_inputs + attention_full + moe_full;
+    l.moe = norm_inputs + attention + moe_kept;
     // Transient: dispatch buffer, all-to-all receive buffers, expert output.
     l.moe_transient = slots * h * B + 2.0 * a2a + rows * h * B;
     // CAC keeps every collective's output: attention all-reduce (t > 1), both all-to-alls, the
     // expert all-reduce and DTD's all-gathers.
-    l.cac_moe = (s.t > 1 ? T * h * B : 0.0) + (s.e > 1 ? 2.0 * a2a : 0.0) + (c.expert_tp && s.t > 1 ? rows * h * B : 0.0) +
-                (gathered ? (c.expert_tp ? 2.0 : 1.0) * slots * h * B : 0.0);
+    l.cac_moe = (s.t > 1 ? T * h * B / shard : 0.0) + (s.e > 1 ? 2.0 * a2a : 0.0) +
+                (c.expert_tp && s.t > 1 ? rows * h * B : 0.0) +
+                (gathered ? (c.expert_tp ? 2.0 : 1.0) * slots * (s.sp ? t : 1.0) * h * B : 0.0);
   }
-  if (s.t == 1) l.cac_dense = 0;  // no tensor all-reduces to stash
   return l;
+}
+
+int schedule_microbatches_replayed(int pp, int vpp, int microbatches) {
+  if (pp == 1) return std::min(microbatches, 4);
+  // Multiples of P keep the interleaved schedule's micro-batch groups whole.
+  return std::min(microbatches, 4 * pp);
+}
+
+namespace {
+
+struct StageParams {
+  double nonexpert = 0, expert = 0;
+  double largest_layer = 0;  // one layer's parameters (ZeRO-3's gathered buffer)
+};
+
+StageParams stage_params(const ModelSpec& m, const Workload& w, const StageMap& map, int stage) {
+  StageParams p;
+  for (int v = 0; v < map.vpp; ++v) {
+    const ModelChunk& c = map.chunk(stage, v);
+    for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
+      const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
+      p.nonexpert += l.nonexpert_grad_elems;
+      p.expert += l.expert_grad_elems;
+      p.largest_layer = std::max(p.largest_layer, l.nonexpert_grad_elems + l.expert_grad_elems);
+    }
+    if (c.embedding) p.nonexpert += w.embedding_grad_elems;
+    if (c.head) p.nonexpert += w.head_grad_elems;
+  }
+  return p;
 }
 
 }  // namespace
 
-MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, const Workload& w,
-                                const TopologySpec& topology) {
+MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const TopologySpec& topology,
+                                const StageMap& map, std::vector<MemoryBreakdown>* stages) {
   const StepShape& s = w.shape;
-  MemoryBreakdown mem;
   const double B = bytes_of(m.dtype);
   // Half-precision training keeps an fp32 master copy plus Adam's m and v (12 bytes per
   // parameter); fp32 training updates the weights in place and keeps m and v (8 bytes).
   const double opt_bytes = B == 4 ? 8.0 : 12.0;
-  const double ne = w.nonexpert_params_rank, ex = w.expert_params_rank;
   const double opt_ne_shard = c.zero >= 1 ? s.d : 1, opt_ex_shard = c.zero >= 1 ? s.de : 1;
   const double grad_ne_shard = c.zero >= 2 ? s.d : 1, grad_ex_shard = c.zero >= 2 ? s.de : 1;
-  mem.weights = (ne + ex) * B;
-  mem.grads = ne * B / grad_ne_shard + ex * B / grad_ex_shard;
-  mem.optimizer = ne * opt_bytes / opt_ne_shard + ex * opt_bytes / opt_ex_shard;
-
-  const LayerActivations l = layer_activations(m, c, s);
-  const double dense_full = l.attention_and_norms + l.dense_mlp;
-  const double moe_full = l.attention_and_norms + l.moe_mlp;
-  const double layer_input = double(s.tokens) * m.hidden * B;
+  const double weight_ne_shard = c.zero >= 3 ? s.d : 1, weight_ex_shard = c.zero >= 3 ? s.de : 1;
+  const LayerActivationBytes l = layer_activation_bytes(m, c, s);
+  const double layer_input = double(s.tokens) * m.hidden * B / (s.sp ? s.t : 1);
   // The loss keeps fp32 softmax over this rank's vocabulary slice.
   const double logits = double(s.tokens) * (double(m.vocab) / s.t) * 4.0;
-  if (c.checkpoint) {
-    mem.activations = m.layers * layer_input + std::max(dense_full, m.is_moe() ? moe_full : 0.0) + logits;
-    if (c.cac) mem.cac_stash = m.dense_layers() * l.cac_dense + m.moe_layers() * l.cac_moe;
-  } else {
-    mem.activations = m.dense_layers() * dense_full + m.moe_layers() * moe_full + logits;
+  const int replayed = schedule_microbatches_replayed(map.pp, map.vpp, s.ga);
+  const double capacity = (topology.device.memory_gib - topology.device.reserved_gib) * kGiB;
+
+  MemoryBreakdown worst;
+  worst.peak = -1;
+  if (stages) stages->clear();
+  std::vector<double> kept(std::size_t(map.vpp)), with_stash(std::size_t(map.vpp));
+  for (int stage = 0; stage < map.pp; ++stage) {
+    const StageParams p = stage_params(m, w, map, stage);
+    MemoryBreakdown mem;
+    mem.capacity = capacity;
+    mem.weights = p.nonexpert * B / weight_ne_shard + p.expert * B / weight_ex_shard;
+    if (c.zero >= 3) mem.weights += 2.0 * p.largest_layer * B;  // the layer in use and the one prefetched
+    mem.grads = p.nonexpert * B / grad_ne_shard + p.expert * B / grad_ex_shard;
+    mem.optimizer = p.nonexpert * opt_bytes / opt_ne_shard + p.expert * opt_bytes / opt_ex_shard;
+
+    // What one micro-batch keeps per chunk until its backward, and the transient of recomputing.
+    bool has_moe = false, has_head = false;
+    double recompute_transient = 0;
+    for (int v = 0; v < map.vpp; ++v) {
+      const ModelChunk& chunk = map.chunk(stage, v);
+      double bytes = 0, stash = 0;
+      for (int layer = chunk.first_layer; layer < chunk.first_layer + chunk.layers; ++layer) {
+        const bool moe = m.is_moe_layer(layer);
+        has_moe |= moe;
+        if (c.full_recompute()) {
+          bytes += layer_input;
+          if (c.cac) stash += moe ? l.cac_moe : l.cac_dense;
+          recompute_transient = std::max(recompute_transient, moe ? l.moe_full : l.dense_full);
+        } else {
+          bytes += moe ? l.moe : l.dense;
+          if (c.recompute == Recompute::selective)
+            recompute_transient = std::max(recompute_transient, (moe ? l.moe_full - l.moe : l.dense_full - l.dense));
+        }
+      }
+      has_head |= chunk.head;
+      kept[std::size_t(v)] = bytes;
+      with_stash[std::size_t(v)] = bytes + stash;
+    }
+    const std::vector<PipelineTask> order = stage_order(stage, map.pp, map.vpp, replayed);
+    const double in_flight = peak_in_flight_bytes(order, kept.data());
+    const double in_flight_with_stash = c.cac ? peak_in_flight_bytes(order, with_stash.data()) : in_flight;
+    mem.activations = in_flight + recompute_transient + (has_head ? logits : 0.0);
+    mem.cac_stash = in_flight_with_stash - in_flight;
+    mem.moe_buffers = has_moe ? l.moe_transient : 0.0;
+    // Each boundary a stage touches holds a receive buffer and a send buffer, for activations and
+    // for their gradients.
+    if (map.pp > 1) mem.pipeline_buffers = 4.0 * w.p2p_bytes;
+    // The step upcasts this rank's owned expert gradients to fp32; tiling bounds the buffer.
+    const double ex_owned = p.expert / opt_ex_shard;
+    if (B != 4) mem.optimizer_spike = 4.0 * (c.tiled_optimizer ? std::min(ex_owned, kOptimizerTileElems) : ex_owned);
+    const double fixed = mem.weights + mem.grads + mem.optimizer;
+    mem.peak = fixed + std::max(mem.activations + mem.moe_buffers + mem.cac_stash + mem.pipeline_buffers,
+                                mem.optimizer_spike);
+    if (mem.peak > worst.peak) worst = mem;
+    if (stages) stages->push_back(mem);
   }
-  mem.moe_buffers = m.is_moe() ? l.moe_transient : 0.0;
-  // The step upcasts this rank's owned expert gradients to fp32; tiling bounds the buffer.
-  const double ex_owned = ex / opt_ex_shard;
-  if (B != 4) mem.optimizer_spike = 4.0 * (c.tiled_optimizer ? std::min(ex_owned, kOptimizerTileElems) : ex_owned);
-  const double fixed = mem.weights + mem.grads + mem.optimizer;
-  mem.peak = fixed + std::max(mem.activations + mem.moe_buffers + mem.cac_stash, mem.optimizer_spike);
-  mem.capacity = (topology.device.memory_gib - topology.device.reserved_gib) * kGiB;
-  return mem;
+  return worst;
+}
+
+MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, const Workload& w,
+                                const TopologySpec& topology) {
+  return estimate_memory(m, c, w, topology, build_stage_map(m.layers, c.pp, c.vpp, c.pipeline_layout));
 }
 
 }  // namespace tedsim

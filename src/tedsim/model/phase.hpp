@@ -8,12 +8,16 @@ namespace tedsim {
 
 enum class Phase : std::uint8_t {
   compute,       // GEMMs, attention and the layers' memory-bound kernels
-  tp_allreduce,  // tensor-parallel all-reduces (attention, MLP, experts, embedding, loss)
-  tp_allgather,  // duplicate-token-dropping all-gathers over the tensor group
+  tp_allreduce,  // tensor-parallel all-reduces (attention, MLP, experts, embedding, loss) and,
+                 // with sequence parallelism, the reduce-scatters that replace them
+  tp_allgather,  // all-gathers over the tensor group: duplicate token dropping's, and sequence
+                 // parallelism's before each tensor-parallel block
   ep_alltoall,   // expert-parallel all-to-alls
   dp_grad_sync,  // gradient sync over data / expert-data groups, ZeRO parameter all-gathers
   optimizer,     // Adam over the owned shard
   other,         // embedding lookup, final norm, loss
+  pp_bubble,     // a pipeline stage idle, waiting on a neighbour's compute
+  pp_p2p,        // a pipeline stage idle, waiting on an activation or gradient in flight
   count
 };
 inline constexpr int kPhaseCount = int(Phase::count);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tedsim/model/layer_ops.hpp"
+
 namespace tedsim {
 
 const char* to_string(Phase p) {
@@ -16,6 +18,8 @@ const char* to_string(Phase p) {
     case Phase::dp_grad_sync: return "dp_grad_sync";
     case Phase::optimizer: return "optimizer";
     case Phase::other: return "other";
+    case Phase::pp_bubble: return "pp_bubble";
+    case Phase::pp_p2p: return "pp_p2p";
     case Phase::count: break;
   }
   return "?";
@@ -47,23 +51,30 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
   StepShape s;
   s.t = c.tp;
   s.e = c.ep;
+  s.p = c.pp;
+  s.v = c.vpp;
   s.d = c.dp();
   s.de = c.dp_expert();
   s.b = c.micro_batch;
   s.s = c.seq_len > 0 ? c.seq_len : m.seq_len;
   s.ga = c.grad_accum();
+  s.sp = c.sequence_parallel && c.tp > 1;
   s.tokens = std::int64_t(s.b) * s.s;
   s.dtype = m.dtype;
   s.act_bytes = bytes_of(m.dtype);
   if (m.is_moe()) {
     const double E = m.moe.experts;
+    // With sequence parallelism the router sees this rank's s/t tokens and capacity follows them.
+    const std::int64_t router_tokens = s.sp ? (s.tokens + s.t - 1) / s.t : s.tokens;
     s.capacity = std::max<std::int64_t>(
-        std::int64_t(std::ceil(m.moe.top_k * m.moe.capacity_factor * double(s.tokens) / E)), m.moe.min_capacity);
-    s.capacity_a2a = (c.dtd && s.t > 1) ? (s.capacity + s.t - 1) / s.t : s.capacity;
+        std::int64_t(std::ceil(m.moe.top_k * m.moe.capacity_factor * double(router_tokens) / E)), m.moe.min_capacity);
+    s.capacity_a2a = (c.dtd && s.t > 1 && !s.sp) ? (s.capacity + s.t - 1) / s.t : s.capacity;
     s.local_experts = m.moe.experts / s.e;
     // With expert TP every tensor rank runs all tokens of its experts on a 1/t slice of F (after
-    // DTD's gather); without it experts are whole and each tensor rank runs its C' tokens.
-    s.expert_rows = std::int64_t(s.e) * (c.expert_tp ? s.capacity : s.capacity_a2a);
+    // DTD's or SP's gather: with SP, all t ranks' C each); without it experts are whole and each
+    // tensor rank runs the C' tokens it received.
+    const std::int64_t rows_per_source = c.expert_tp ? (s.sp ? s.t * s.capacity : s.capacity) : s.capacity_a2a;
+    s.expert_rows = std::int64_t(s.e) * rows_per_source;
     s.ffn_local = c.expert_tp ? m.ffn / s.t : m.ffn;
   }
   return s;
@@ -71,122 +82,37 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
 
 namespace {
 
-// Appends ops with their profile times; collectives on groups of one rank vanish.
-class BlockBuilder {
- public:
-  BlockBuilder(Block& block, const Profile& profile, const GroupSpans& spans, Dtype dtype)
-      : block_(block), profile_(profile), spans_(spans), dtype_(dtype) {}
-
-  void gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch = 1,
-            Phase phase = Phase::compute) {
-    GemmShape shape{m, n, k, batch, dtype_};
-    Op op;
-    op.name = name;
-    op.phase = phase;
-    op.flops = shape.flops();
-    op.gemm = shape;
-    op.seconds = profile_.gemm_seconds(shape);
-    block_.add(op);
-  }
-  void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute) {
-    Op op;
-    op.name = name;
-    op.phase = phase;
-    op.bytes = bytes;
-    op.kernel = kind;
-    op.gemm.dtype = dtype_;
-    op.seconds = profile_.kernel_seconds(kind, bytes, dtype_);
-    block_.add(op);
-  }
-  void collective(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase) {
-    const SpanSet& set = spans_.of(group);
-    if (set.count == 0 || set.spans[0].ranks <= 1 || bytes <= 0) return;
-    Op op;
-    op.name = name;
-    op.phase = phase;
-    op.bytes = bytes;
-    op.is_collective = true;
-    op.collective = which;
-    op.group = group;
-    op.seconds = set.seconds(profile_, which, bytes);
-    block_.add(op);
-  }
-
- private:
-  Block& block_;
-  const Profile& profile_;
-  const GroupSpans& spans_;
-  Dtype dtype_;
-};
-
-struct LayerDims {
-  std::int64_t T, h, s, b, heads_local, head_dim, qkv_out, ffn_local_dense, fc1_factor;
-  double B;  // activation bytes
-};
-
-void attention_forward(BlockBuilder& x, const LayerDims& d) {
-  x.kernel("layernorm_attn", KernelKind::layernorm, 2.0 * d.T * d.h * d.B);
-  x.gemm("qkv_proj", d.T, d.qkv_out, d.h);
-  x.gemm("attn_scores", d.s, d.s, d.head_dim, d.b * d.heads_local);
-  x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
-  x.gemm("attn_context", d.s, d.head_dim, d.s, d.b * d.heads_local);
-  x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.head_dim);
-  x.collective("tp_allreduce_attn", CollectiveOp::all_reduce, GroupKind::tensor, double(d.T) * d.h * d.B,
-               Phase::tp_allreduce);
-  x.kernel("residual_attn", KernelKind::elementwise, 3.0 * d.T * d.h * d.B);
-  x.kernel("layernorm_mlp", KernelKind::layernorm, 2.0 * d.T * d.h * d.B);
-}
-
-void dense_mlp_forward(BlockBuilder& x, const LayerDims& d) {
-  x.gemm("mlp_fc1", d.T, d.fc1_factor * d.ffn_local_dense, d.h);
-  x.kernel("mlp_activation", KernelKind::activation, double(d.fc1_factor + 1) * d.T * d.ffn_local_dense * d.B);
-  x.gemm("mlp_fc2", d.T, d.h, d.ffn_local_dense);
-  x.collective("tp_allreduce_mlp", CollectiveOp::all_reduce, GroupKind::tensor, double(d.T) * d.h * d.B,
-               Phase::tp_allreduce);
-  x.kernel("residual_mlp", KernelKind::elementwise, 3.0 * d.T * d.h * d.B);
-}
-
-void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const ModelSpec& m,
-                 const ParallelConfig& c) {
-  const double E = m.moe.experts, h = double(d.h), B = d.B;
-  const double slots = E * double(s.capacity);
-  const double kept = std::min(double(m.moe.top_k) * double(d.T), slots);
-  const bool split_tokens = c.dtd && s.t > 1;
-  // Gate: every tensor rank runs it on all T tokens (fp32 logits, as DeepSpeed does).
-  x.gemm("gate", d.T, m.moe.experts, d.h);
-  x.kernel("gating", KernelKind::gating, double(d.T) * E * 4.0 + double(d.T) * m.moe.top_k * 12.0);
-  x.kernel("dispatch", KernelKind::dispatch, (kept + slots) * h * B);
-  const double a2a_bytes = E * double(s.capacity_a2a) * h * B;
-  x.collective("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
-  if (split_tokens && c.expert_tp)
-    x.collective("dtd_allgather_dispatch", CollectiveOp::all_gather, GroupKind::tensor, slots * h * B,
-                 Phase::tp_allgather);
-  const std::int64_t rows = s.expert_rows;
-  const std::int64_t fc1_out = d.fc1_factor * s.ffn_local;
-  x.gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
-  x.kernel("expert_activation", KernelKind::activation,
-           double(d.fc1_factor + 1) * double(rows) * s.local_experts * s.ffn_local * B);
-  x.gemm("expert_fc2", rows, d.h, s.ffn_local, s.local_experts);
-  if (c.expert_tp)
-    x.collective("tp_allreduce_expert", CollectiveOp::all_reduce, GroupKind::tensor,
-                 double(rows) * s.local_experts * h * B, Phase::tp_allreduce);
-  x.collective("ep_alltoall_combine", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
-  if (split_tokens)
-    x.collective("dtd_allgather_combine", CollectiveOp::all_gather, GroupKind::tensor, slots * h * B,
-                 Phase::tp_allgather);
-  x.kernel("combine", KernelKind::combine, (kept + double(d.T)) * h * B);
-  x.kernel("residual_moe", KernelKind::elementwise, 3.0 * d.T * d.h * B);
+// Sequence parallelism's backward swaps each all-gather with a reduce-scatter of the same bytes.
+const char* sp_backward_name(const char* forward) {
+  static const char* const pairs[][2] = {{"sp_allgather_attn", "sp_reducescatter_attn_bwd"},
+                                         {"sp_reducescatter_attn", "sp_allgather_attn_bwd"},
+                                         {"sp_allgather_mlp", "sp_reducescatter_mlp_bwd"},
+                                         {"sp_reducescatter_mlp", "sp_allgather_mlp_bwd"},
+                                         {"sp_allgather_expert", "sp_reducescatter_expert_bwd"},
+                                         {"sp_reducescatter_expert", "sp_allgather_expert_bwd"}};
+  for (const auto& p : pairs)
+    if (std::strcmp(forward, p[0]) == 0) return p[1];
+  return forward;
 }
 
 // Backward mirrors the forward in reverse: a GEMM becomes its data-gradient and weight-gradient
 // GEMMs (2x FLOPs); a memory-bound kernel reads the saved input and the incoming gradient and
 // writes a gradient (2x bytes); every collective has a mirror of the same size (all-reduce <->
-// all-reduce of Megatron's f/g pair, all-to-all <-> all-to-all, DTD drop <-> gather).
-void mirror_backward(const Block& forward, Block& backward, const Profile& profile) {
+// all-reduce of Megatron's f/g pair, all-to-all <-> all-to-all, DTD drop <-> gather, SP
+// all-gather <-> reduce-scatter).
+void mirror_backward(const Block& forward, Block& backward, const Profile& profile, const GroupSpans& spans) {
   for (int i = forward.count - 1; i >= 0; --i) {
     const Op& f = forward.ops[i];
     if (f.is_collective) {
-      backward.add(f);
+      Op b = f;
+      const bool sp = std::strncmp(f.name, "sp_", 3) == 0;
+      if (sp && (f.collective == CollectiveOp::all_gather || f.collective == CollectiveOp::reduce_scatter)) {
+        b.name = sp_backward_name(f.name);
+        b.collective = f.collective == CollectiveOp::all_gather ? CollectiveOp::reduce_scatter : CollectiveOp::all_gather;
+        b.phase = b.collective == CollectiveOp::all_gather ? Phase::tp_allgather : Phase::tp_allreduce;
+        b.seconds = spans.of(b.group).seconds(profile, b.collective, b.bytes);
+      }
+      backward.add(b);
     } else if (f.flops > 0) {
       // Y[m,n] = X[m,k] W[k,n]: dX[m,k] = dY[m,n] W^T (shape m,k,n); dW[k,n] = X^T dY (shape k,n,m).
       const GemmShape& g = f.gemm;
@@ -206,14 +132,53 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
   }
 }
 
-void recompute_from(const Block& forward, Block& recompute, bool cac) {
-  for (int i = 0; i < forward.count; ++i)
-    if (!(cac && forward.ops[i].is_collective)) recompute.add(forward.ops[i]);
+// Full recompute replays the whole forward (CAC: without its collectives, whose outputs were
+// stashed); selective recompute replays the chosen modules' ops, their collectives included.
+void recompute_from(const Block& forward, Block& recompute, const ParallelConfig& c) {
+  for (int i = 0; i < forward.count; ++i) {
+    const Op& op = forward.ops[i];
+    const bool chosen = c.full_recompute() ? !(c.cac && op.is_collective)
+                                           : c.recompute == Recompute::selective && (op.module & c.recompute_modules) != 0;
+    if (chosen) recompute.add(op);
+  }
 }
 
-void finish_layer(LayerBlocks& layer, const Profile& profile, const ParallelConfig& c) {
-  if (c.checkpoint) recompute_from(layer.forward, layer.recompute, c.cac);
-  mirror_backward(layer.forward, layer.backward, profile);
+// ZeRO-3: the layer's parameters are all-gathered before its forward and again before its
+// backward, prefetched while the previous layer computes; what the compute does not cover stays
+// exposed on the compute stream.
+void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& spans, const Profile& profile) {
+  const double B = w.param_bytes;
+  const double gather = spans.data.seconds(profile, CollectiveOp::all_gather, layer.nonexpert_grad_elems * B) +
+                        (layer.expert_grad_elems > 0
+                             ? spans.expert_data.seconds(profile, CollectiveOp::all_gather, layer.expert_grad_elems * B)
+                             : 0.0);
+  if (gather <= 0) return;
+  for (Block* block : {&layer.forward, &layer.backward}) {
+    const double compute = block->seconds + (block == &layer.backward ? layer.recompute.seconds : 0.0);
+    const double exposed = std::max(0.0, gather - compute);
+    layer.zero3_hidden_s += gather - exposed;
+    if (exposed > 0) {
+      Op op;
+      op.name = "zero3_param_allgather";
+      op.phase = Phase::dp_grad_sync;
+      op.seconds = exposed;
+      op.is_collective = true;
+      op.collective = CollectiveOp::all_gather;
+      op.group = GroupKind::data;
+      block->add(op);
+    }
+  }
+}
+
+void finish_layer(LayerBlocks& layer, const Workload& w, const Profile& profile, const GroupSpans& spans,
+                  const ParallelConfig& c) {
+  if (c.recompute != Recompute::none) recompute_from(layer.forward, layer.recompute, c);
+  mirror_backward(layer.forward, layer.backward, profile, spans);
+  if (c.zero >= 3) add_zero3_gathers(layer, w, spans, profile);
+}
+
+double adam_seconds(const Profile& profile, double params, double bytes_per_param) {
+  return profile.kernel_seconds(KernelKind::adam, params * bytes_per_param, Dtype::fp32);
 }
 
 }  // namespace
@@ -232,40 +197,44 @@ double Workload::expert_sync_seconds(double elems) const {
                    : g.seconds(*profile, CollectiveOp::reduce_scatter, bytes);
 }
 
+// Adam moves ~32 bytes per parameter: fp32 master weight, m, v read and written (24), the gradient
+// upcast (4 + 2) and the updated half-precision weight (2).
+double Workload::optimizer_seconds(double nonexpert, double expert) const {
+  const double ne_owned = nonexpert / (zero >= 1 ? shape.d : 1);
+  const double ex_owned = expert / (zero >= 1 ? shape.de : 1);
+  const double per_param = shape.act_bytes == 4 ? 28.0 : 32.0;
+  double seconds = adam_seconds(*profile, ne_owned, per_param);
+  if (ex_owned > 0) {
+    if (tiled_optimizer) {
+      // The tiled step pays one more pass per tile: the extra launches are its whole cost.
+      const double tiles = std::max(1.0, std::ceil(ex_owned / kOptimizerTileElems));
+      seconds += tiles * adam_seconds(*profile, ex_owned / tiles, per_param);
+    } else {
+      seconds += adam_seconds(*profile, ex_owned, per_param);
+    }
+  }
+  return seconds;
+}
+
+// ZeRO-1/2 all-gather the updated parameters; ZeRO-3 gathers them per layer when they are used.
+double Workload::param_allgather_seconds(double nonexpert, double expert) const {
+  if (zero < 1 || zero >= 3) return 0.0;
+  return spans.data.seconds(*profile, CollectiveOp::all_gather, nonexpert * param_bytes) +
+         (expert > 0 ? spans.expert_data.seconds(*profile, CollectiveOp::all_gather, expert * param_bytes) : 0.0);
+}
+
 Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profile& profile,
                         const GroupSpans& spans) {
   Workload w;
   w.profile = &profile;
   w.spans = spans;
   w.zero = c.zero;
+  w.tiled_optimizer = c.tiled_optimizer;
   w.shape = resolve_shape(m, c);
   w.grad_bytes = bytes_of(m.dtype);
+  w.param_bytes = bytes_of(m.dtype);
   const StepShape& s = w.shape;
-
-  LayerDims d;
-  d.T = s.tokens;
-  d.h = m.hidden;
-  d.s = s.s;
-  d.b = s.b;
-  d.heads_local = m.heads / s.t;
-  d.head_dim = m.head_dim();
-  d.qkv_out = (std::int64_t(m.hidden) + 2 * std::int64_t(m.kv_dim())) / s.t;
-  d.ffn_local_dense = m.ffn / s.t;
-  d.fc1_factor = m.activation == Activation::swiglu ? 2 : 1;
-  d.B = s.act_bytes;
-
-  {
-    BlockBuilder x(w.dense.forward, profile, spans, s.dtype);
-    attention_forward(x, d);
-    dense_mlp_forward(x, d);
-    finish_layer(w.dense, profile, c);
-  }
-  if (m.is_moe()) {
-    BlockBuilder x(w.moe.forward, profile, spans, s.dtype);
-    attention_forward(x, d);
-    moe_forward(x, d, s, m, c);
-    finish_layer(w.moe, profile, c);
-  }
+  const LayerDims d = layer_dims(m, s);
 
   // Parameters per rank. Non-expert parameters are split over the tensor group (vocabulary-parallel
   // embedding, Megatron attention and MLP); experts over tensor (when expert TP) and expert groups.
@@ -277,47 +246,63 @@ Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profi
     w.moe.nonexpert_grad_elems = attn_rank + double(m.hidden) * m.moe.experts / t;
     w.moe.expert_grad_elems = double(m.moe.experts) * m.mlp_params() / expert_split;
   }
-  w.embedding_grad_elems = (double(m.vocab) * m.hidden * (m.tie_embeddings ? 1.0 : 2.0) + 2.0 * m.hidden) / t;
+  const double embedding_rank = double(m.vocab) * m.hidden / t;
+  w.embedding_grad_elems = embedding_rank;
+  // The last stage holds the final norm and the LM head: its own weights when untied; when tied,
+  // a one-stage run shares the embedding, a pipeline keeps a copy on its last stage (Megatron).
+  w.head_grad_elems = 2.0 * m.hidden / t + ((!m.tie_embeddings || s.p > 1) ? embedding_rank : 0.0);
   w.nonexpert_params_rank = m.nonexpert_params() / t;
   w.expert_params_rank = m.expert_params() / expert_split;
 
-  // Embedding, final norm, LM head and vocabulary-parallel cross-entropy.
   {
-    const double T = double(s.tokens), h = m.hidden, V_local = double(m.vocab) / t, B = s.act_bytes;
-    BlockBuilder f(w.head_forward, profile, spans, s.dtype);
-    f.kernel("embedding_lookup", KernelKind::elementwise, 2.0 * T * h * B, Phase::other);
-    f.collective("tp_allreduce_embedding", CollectiveOp::all_reduce, GroupKind::tensor, T * h * B, Phase::tp_allreduce);
-    f.kernel("final_layernorm", KernelKind::layernorm, 2.0 * T * h * B, Phase::other);
-    f.gemm("lm_head", s.tokens, m.vocab / s.t, m.hidden);
-    f.kernel("cross_entropy", KernelKind::softmax, 3.0 * T * V_local * 4.0, Phase::other);
-    // Max, target logit and sum of exponentials are each all-reduced over the vocabulary split.
-    for (const char* name : {"tp_allreduce_loss_max", "tp_allreduce_loss_target", "tp_allreduce_loss_sum"})
-      f.collective(name, CollectiveOp::all_reduce, GroupKind::tensor, T * 4.0, Phase::tp_allreduce);
-    BlockBuilder g(w.head_backward, profile, spans, s.dtype);
-    g.kernel("cross_entropy_bwd", KernelKind::softmax, 2.0 * T * V_local * 4.0, Phase::other);
-    g.gemm("lm_head_dgrad", s.tokens, m.hidden, m.vocab / s.t);
-    g.gemm("lm_head_wgrad", m.hidden, m.vocab / s.t, s.tokens);
-    g.collective("tp_allreduce_lm_head_bwd", CollectiveOp::all_reduce, GroupKind::tensor, T * h * B, Phase::tp_allreduce);
-    g.kernel("final_layernorm_bwd", KernelKind::layernorm, 4.0 * T * h * B, Phase::other);
-    g.kernel("embedding_bwd", KernelKind::elementwise, 2.0 * T * h * B, Phase::other);
+    BlockBuilder x(w.dense.forward, profile, spans, s.dtype);
+    attention_forward(x, d);
+    dense_mlp_forward(x, d);
+    finish_layer(w.dense, w, profile, spans, c);
+  }
+  if (m.is_moe()) {
+    BlockBuilder x(w.moe.forward, profile, spans, s.dtype);
+    attention_forward(x, d);
+    moe_forward(x, d, s, m, c);
+    finish_layer(w.moe, w, profile, spans, c);
+  }
+  {
+    BlockBuilder ef(w.embedding_forward, profile, spans, s.dtype);
+    embedding_forward(ef, d);
+    BlockBuilder hf(w.head_forward, profile, spans, s.dtype);
+    head_forward(hf, d, m, s);
+    BlockBuilder hb(w.head_backward, profile, spans, s.dtype);
+    head_backward(hb, d, m, s);
+    BlockBuilder eb(w.embedding_backward, profile, spans, s.dtype);
+    embedding_backward(eb, d);
+  }
+  if (s.p > 1) {
+    w.p2p_bytes = double(d.T_local) * d.h * d.B;
+    w.p2p_seconds = profile.p2p_seconds(spans.p2p, w.p2p_bytes);
+    if (m.tie_embeddings) {
+      GroupSpan ends = spans.p2p;  // first and last stage: placed at least as far apart as neighbours
+      w.tied_embedding_sync_seconds = profile.collective_seconds(CollectiveOp::all_reduce, ends, embedding_rank * w.grad_bytes);
+    }
   }
 
   const double dense_layers = m.dense_layers(), moe_layers = m.moe_layers();
   auto pass_flops = [&](const LayerBlocks& l, bool with_recompute) {
     return l.forward.flops + l.backward.flops + (with_recompute ? l.recompute.flops : 0.0);
   };
-  const double head = w.head_forward.flops + w.head_backward.flops;
+  const double head = w.embedding_forward.flops + w.head_forward.flops + w.head_backward.flops + w.embedding_backward.flops;
   w.flops_per_microbatch = dense_layers * pass_flops(w.dense, true) + moe_layers * pass_flops(w.moe, true) + head;
-  // Model FLOPs count the model's work once. Every tensor rank runs the gate on all T tokens, and
-  // without expert TP and DTD also the same expert GEMMs on the same tokens (whole F, all C rows):
-  // hardware FLOPs (above), but one tensor group's work, of which this rank's share is 1/t.
-  const bool experts_replicated = m.is_moe() && s.t > 1 && !c.expert_tp && !c.dtd;
+  // Model FLOPs count the model's work once. Every tensor rank runs the gate on all T tokens
+  // (without SP), and without expert TP, DTD and SP also the same expert GEMMs on the same tokens
+  // (whole F, all C rows): hardware FLOPs (above), but one tensor group's work, of which this
+  // rank's share is 1/t.
+  const bool gate_replicated = m.is_moe() && s.t > 1 && !s.sp;
+  const bool experts_replicated = gate_replicated && !c.expert_tp && !c.dtd;
   auto replicated_flops = [&](const Block& b) {
     double f = 0;
     for (int i = 0; i < b.count; ++i) {
       const char* name = b.ops[i].name;
       const bool expert_gemm = std::strcmp(name, "expert_fc1") == 0 || std::strcmp(name, "expert_fc2") == 0;
-      if (std::strcmp(name, "gate") == 0 || (experts_replicated && expert_gemm)) f += b.ops[i].flops;
+      if ((gate_replicated && std::strcmp(name, "gate") == 0) || (experts_replicated && expert_gemm)) f += b.ops[i].flops;
     }
     return f;
   };
@@ -325,29 +310,6 @@ Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profi
       (replicated_flops(w.moe.forward) + replicated_flops(w.moe.backward)) * (1.0 - 1.0 / double(s.t));
   w.model_flops_per_microbatch = dense_layers * pass_flops(w.dense, false) +
                                  moe_layers * (pass_flops(w.moe, false) - moe_duplicates) + head;
-
-  // Optimizer over owned shards. Adam moves ~32 bytes per parameter: fp32 master weight, m, v read
-  // and written (24), the gradient upcast (4 + 2) and the updated half-precision weight (2).
-  const double ne_owned = w.nonexpert_params_rank / (c.zero >= 1 ? s.d : 1);
-  const double ex_owned = w.expert_params_rank / (c.zero >= 1 ? s.de : 1);
-  const double adam_bytes_per_param = s.act_bytes == 4 ? 28.0 : 32.0;
-  w.optimizer_seconds = profile.kernel_seconds(KernelKind::adam, ne_owned * adam_bytes_per_param, Dtype::fp32);
-  if (ex_owned > 0) {
-    if (c.tiled_optimizer) {
-      // The tiled step pays one more pass per tile: the extra launches are its whole cost.
-      const double tiles = std::max(1.0, std::ceil(ex_owned / kOptimizerTileElems));
-      const double tile_elems = ex_owned / tiles;
-      w.optimizer_seconds += tiles * profile.kernel_seconds(KernelKind::adam, tile_elems * adam_bytes_per_param, Dtype::fp32);
-    } else {
-      w.optimizer_seconds += profile.kernel_seconds(KernelKind::adam, ex_owned * adam_bytes_per_param, Dtype::fp32);
-    }
-  }
-  if (c.zero >= 1) {
-    const double B = bytes_of(m.dtype);
-    w.param_allgather_seconds =
-        spans.data.seconds(profile, CollectiveOp::all_gather, w.nonexpert_params_rank * B) +
-        (w.expert_params_rank > 0 ? spans.expert_data.seconds(profile, CollectiveOp::all_gather, w.expert_params_rank * B) : 0.0);
-  }
   return w;
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 // The TED step of one rank as the cost model sees it (DESIGN.md section 4): per layer kind, the
 // ordered ops of the forward pass, the recompute pass and the backward pass, each op with its
-// shape, FLOPs or bytes, and its time from a profile; the non-layer ops (embedding, LM head, loss);
-// the gradients each layer produces for the data-parallel sync; the optimizer.
+// shape, FLOPs or bytes, and its time from a profile; the non-layer ops (embedding on the first
+// pipeline stage; final norm, LM head and loss on the last); the gradients and parameters each
+// layer holds for the data-parallel sync, ZeRO and the optimizer; the pipeline's p2p transfer.
+// Which layers a stage holds is the stage map's business (spec/pipeline_layout.hpp); the timeline
+// (sim/) sums these blocks over a stage's chunks.
 #include <cstdint>
 
 #include "tedsim/model/group_spans.hpp"
@@ -26,12 +29,13 @@ struct Op {
   GroupKind group = GroupKind::tensor;
   GemmShape gemm{};                       // GEMMs: the shape, so backward can derive its GEMMs
   KernelKind kernel = KernelKind::count;  // memory-bound kernels: which one
+  std::uint8_t module = 0;                // RecomputeModule bits of the module it belongs to
 };
 
 // Ops that run back to back on the compute stream. Collectives inside a layer block the stream:
 // the next op needs their output, so their time is exposed by construction.
 struct Block {
-  static constexpr int kMaxOps = 40;  // the MoE backward, the longest, has 31
+  static constexpr int kMaxOps = 48;  // the MoE backward, the longest, has 33
   Op ops[kMaxOps];
   int count = 0;
   double seconds = 0;
@@ -43,16 +47,22 @@ struct Block {
 };
 
 struct LayerBlocks {
-  Block forward, recompute, backward;  // recompute is empty without checkpointing
-  double nonexpert_grad_elems = 0;     // this rank's gradients of the layer, by sync group
+  Block forward, recompute, backward;  // recompute: every op under full recompute, the chosen
+                                       // modules' under selective, none without
+  double nonexpert_grad_elems = 0;     // this rank's gradients (= parameters) of the layer, by sync group
   double expert_grad_elems = 0;
+  // ZeRO-3 gathers the layer's parameters before its forward and again before its backward, on the
+  // data-parallel stream while the previous layer computes (prefetch); the blocks carry what stays
+  // exposed, this the part hidden behind compute (busy on the data-parallel stream).
+  double zero3_hidden_s = 0;
 };
 
 // Sizes of one micro-batch on one rank, resolved from model and configuration.
 struct StepShape {
-  int t = 1, e = 1, d = 1, de = 1, b = 1, s = 1, ga = 1;
+  int t = 1, e = 1, d = 1, de = 1, b = 1, s = 1, ga = 1, p = 1, v = 1;
+  bool sp = false;                  // sequence parallelism
   std::int64_t tokens = 0;          // T = b * s, per tensor group
-  std::int64_t capacity = 0;        // C, per expert, from local tokens
+  std::int64_t capacity = 0;        // C, per expert, from the router's tokens (T/t with SP)
   std::int64_t capacity_a2a = 0;    // C' = C/t with DTD (t > 1), else C
   std::int64_t expert_rows = 0;     // tokens each local expert processes
   std::int64_t ffn_local = 0;       // expert FFN width per rank: F/t with expert TP, else F
@@ -66,23 +76,34 @@ StepShape resolve_shape(const ModelSpec& model, const ParallelConfig& config);
 struct Workload {
   StepShape shape;
   LayerBlocks dense, moe;
-  Block head_forward, head_backward;   // embedding, final norm, LM head, loss
-  double embedding_grad_elems = 0;     // synced last (tied embeddings are final after lookup bwd)
-  // Parameters held by this rank and the optimizer shard it owns.
+  Block embedding_forward, embedding_backward;  // first stage
+  Block head_forward, head_backward;            // last stage: final norm, LM head, loss
+  double embedding_grad_elems = 0;     // first stage, synced last (final after the lookup's backward)
+  double head_grad_elems = 0;          // last stage: final norm, plus the LM head (untied, or the
+                                       // tied copy a pipeline keeps on its last stage)
+  // Parameters of the whole model held by a rank of a one-stage run (what P = 1 holds).
   double nonexpert_params_rank = 0, expert_params_rank = 0;
-  double optimizer_seconds = 0;        // Adam over owned shards (tiled expert step included)
-  double param_allgather_seconds = 0;  // ZeRO >= 1: updated parameters back to every rank
+  // Adam over the shards a rank owns of `nonexpert` + `expert` parameters (tiled expert step
+  // included), and ZeRO-1/2's all-gather of the updated parameters.
+  double optimizer_seconds(double nonexpert, double expert) const;
+  double param_allgather_seconds(double nonexpert, double expert) const;
   // Cost of one gradient bucket of `elems` elements on the data / expert-data group.
   double nonexpert_sync_seconds(double elems) const;
   double expert_sync_seconds(double elems) const;
-  double flops_per_microbatch = 0;     // this rank, recompute included
-  double model_flops_per_microbatch = 0;  // this rank, without recompute
+  // One activation [b, s, h] (s/t with SP) or its gradient across one pipeline boundary.
+  double p2p_bytes = 0, p2p_seconds = 0;
+  // Tied embeddings on P > 1 stages: the gradient all-reduce between the first and the last stage.
+  double tied_embedding_sync_seconds = 0;
+  double flops_per_microbatch = 0;     // a tensor rank over all layers, recompute included
+  double model_flops_per_microbatch = 0;  // a tensor rank over all layers, without recompute
 
   // Filled by build_workload; used by the sync-cost functions above.
   const Profile* profile = nullptr;
   GroupSpans spans;
   int zero = 1;
+  bool tiled_optimizer = true;
   int grad_bytes = 2;
+  int param_bytes = 2;
 };
 
 // Gradient buckets: Megatron-LM's DDP default of 40M elements per bucket.

@@ -71,6 +71,19 @@ double AnalyticProfile::collective_seconds(CollectiveOp op, const GroupSpan& spa
   return wire_bytes / bw + latency;
 }
 
+// Inside a node the pair has a device's links to itself; across nodes the boundary's pairs that
+// share the sender's node share its NICs.
+double AnalyticProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
+  if (bytes <= 0) return 0.0;
+  if (span.nodes <= 1) {
+    const double bw = (span.crosses_islands ? topo_.cross_island_bandwidth_gbs : topo_.intra.bandwidth_gbs) * kGB *
+                      topo_.intra.efficiency;
+    return bytes / bw + topo_.intra.latency_us * kMicro;
+  }
+  const double bw = topo_.inter.bandwidth_gbs * kGB * topo_.inter.efficiency / std::max(1, span.groups_per_node);
+  return bytes / bw + topo_.inter.latency_us * kMicro;
+}
+
 std::string AnalyticProfile::describe() const {
   return "analytic (datasheet peaks x efficiency curves of topology '" + topo_.name + "')";
 }

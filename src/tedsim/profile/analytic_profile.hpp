@@ -13,6 +13,7 @@ class AnalyticProfile final : public Profile {
   double gemm_seconds(const GemmShape& shape) const override;
   double kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const override;
   double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override;
+  double p2p_seconds(const GroupSpan& span, double bytes) const override;
   std::string describe() const override;
 
  private:

@@ -468,6 +468,14 @@ double MeasuredProfile::kernel_seconds(KernelKind kind, double bytes, Dtype dtyp
   return t;
 }
 
+double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
+  note(std::string("p2p ") + (span.nodes > 1 ? "inter" : "intra"),
+       std::string("p2p ") + (span.nodes > 1 ? "across nodes" : "inside a node") +
+           ": not calibrated yet, analytic profile of the fallback topology used",
+       bytes);
+  return fallback_.p2p_seconds(span, bytes);
+}
+
 double MeasuredProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
   if (span.ranks <= 1 || bytes <= 0) return 0.0;
   const std::string key = raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,

@@ -120,6 +120,8 @@ class MeasuredProfile final : public Profile {
   double gemm_seconds(const GemmShape& shape) const override;
   double kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const override;
   double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override;
+  // Pipeline transfers are not calibrated yet: the fallback topology's analytic model, with a warning.
+  double p2p_seconds(const GroupSpan& span, double bytes) const override;
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }

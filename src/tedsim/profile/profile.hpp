@@ -2,8 +2,8 @@
 // The lookup interface between the cost model and whatever knows how fast this hardware is: an
 // analytic profile (datasheet peaks x efficiency curves) or a measured one (tedsim calibrate).
 // Every question the cost model asks is one of three: how long does this GEMM take, how long does
-// this memory-bound kernel take on this many bytes, how long does this collective take on a group
-// of this shape at this size. Times are seconds.
+// this memory-bound kernel take on this many bytes, how long does this collective (or pipeline
+// point-to-point transfer) take on a group of this shape at this size. Times are seconds.
 #include <cstdint>
 #include <string>
 
@@ -78,6 +78,10 @@ class Profile {
   // `bytes` follows nccl-tests: the per-rank buffer size (output size for all-gather, input size
   // for reduce-scatter, the whole send buffer for all-to-all).
   virtual double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const = 0;
+  // One point-to-point transfer of `bytes` between pipeline neighbours placed as `span` (2 ranks
+  // on 1 or 2 nodes; groups_per_node pairs of the same boundary share the sender's NICs), while
+  // every pair of that boundary sends at once.
+  virtual double p2p_seconds(const GroupSpan& span, double bytes) const = 0;
   virtual std::string describe() const = 0;
 };
 

@@ -8,6 +8,9 @@ namespace tedsim {
 
 nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
   return {{"gpus", c.gpus},
+          {"pp", c.pp},
+          {"vpp", c.vpp},
+          {"pipeline_layout", c.pipeline_layout},
           {"tp", c.tp},
           {"ep", c.ep},
           {"dp", c.dp()},
@@ -18,7 +21,10 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"seq_len", c.seq_len > 0 ? c.seq_len : m.seq_len},
           {"dtd", c.dtd},
           {"cac", c.cac},
-          {"checkpoint", c.checkpoint},
+          {"checkpoint", c.full_recompute()},
+          {"recompute", to_string(c.recompute)},
+          {"recompute_modules", c.recompute == Recompute::selective ? recompute_modules_text(c.recompute_modules) : ""},
+          {"sequence_parallel", c.sequence_parallel},
           {"zero", c.zero},
           {"expert_tp", c.expert_tp},
           {"tiled_optimizer", c.tiled_optimizer},
@@ -29,6 +35,41 @@ nlohmann::json phase_times_json(const PhaseTimes& t) {
   nlohmann::json j = nlohmann::json::object();
   for (int p = 0; p < kPhaseCount; ++p) j[to_string(Phase(p))] = t[p];
   return j;
+}
+
+nlohmann::json memory_json(const MemoryBreakdown& mem) {
+  return {{"peak_gib", mem.peak / kGiB},
+          {"capacity_gib", mem.capacity / kGiB},
+          {"weights_gib", mem.weights / kGiB},
+          {"grads_gib", mem.grads / kGiB},
+          {"optimizer_gib", mem.optimizer / kGiB},
+          {"activations_gib", mem.activations / kGiB},
+          {"moe_buffers_gib", mem.moe_buffers / kGiB},
+          {"cac_stash_gib", mem.cac_stash / kGiB},
+          {"pipeline_buffers_gib", mem.pipeline_buffers / kGiB},
+          {"optimizer_spike_gib", mem.optimizer_spike / kGiB}};
+}
+
+nlohmann::json stages_json(const Prediction& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int s = 0; s < p.stage_map.pp; ++s) {
+    nlohmann::json chunks = nlohmann::json::array();
+    for (int v = 0; v < p.stage_map.vpp; ++v) {
+      const ModelChunk& c = p.stage_map.chunk(s, v);
+      chunks.push_back({{"first_layer", c.first_layer}, {"layers", c.layers}, {"embedding", c.embedding}, {"head", c.head}});
+    }
+    nlohmann::json stage = {{"stage", s}, {"layers", p.stage_map.stage_layers(s)}, {"chunks", chunks}};
+    if (std::size_t(s) < p.stage_memory.size()) stage["memory"] = memory_json(p.stage_memory[std::size_t(s)]);
+    if (std::size_t(s) < p.sim.stages.size()) {
+      const StageTimes& t = p.sim.stages[std::size_t(s)];
+      stage["busy_s"] = t.busy_s;
+      stage["bubble_s"] = t.bubble_s;
+      stage["p2p_wait_s"] = t.p2p_s;
+      stage["end_s"] = t.end_s;
+    }
+    stages.push_back(stage);
+  }
+  return stages;
 }
 
 nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m) {
@@ -42,16 +83,9 @@ nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m) {
           {"flops_per_iteration", p.flops_per_iteration},
           {"model_flops_per_iteration", p.model_flops_per_iteration},
           {"grad_buckets", p.sim.grad_buckets},
-          {"memory",
-           {{"peak_gib", mem.peak / kGiB},
-            {"capacity_gib", mem.capacity / kGiB},
-            {"weights_gib", mem.weights / kGiB},
-            {"grads_gib", mem.grads / kGiB},
-            {"optimizer_gib", mem.optimizer / kGiB},
-            {"activations_gib", mem.activations / kGiB},
-            {"moe_buffers_gib", mem.moe_buffers / kGiB},
-            {"cac_stash_gib", mem.cac_stash / kGiB},
-            {"optimizer_spike_gib", mem.optimizer_spike / kGiB}}},
+          {"memory", memory_json(mem)},
+          {"critical_stage", p.sim.critical_stage},
+          {"stages", stages_json(p)},
           {"breakdown_s", phase_times_json(p.sim.exposed)},
           {"busy_s", phase_times_json(p.sim.busy)},
           {"config", config_json(p.config, m)}};

@@ -43,7 +43,7 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
   zeros(m_ex, ex_shard);
   zeros(v_ex, ex_shard);
   inputs.resize(L + 1);
-  acts.resize(cfg.checkpoint ? 1 : L);
+  acts.resize(cfg.full_recompute() ? 1 : L);
   stash.resize(L);
 }
 
@@ -210,9 +210,9 @@ void Trainer::Impl::load_micro_batch(std::int64_t it, int j) {
 double Trainer::Impl::micro_batch(bool backward, double* ce_out, double* aux_out) {
   aux_sum = 0;
   embed_forward();
-  const bool ckpt = cfg.checkpoint && backward;
+  const bool ckpt = cfg.full_recompute() && backward;
   for (int l = 0; l < L; ++l) {
-    LayerActs& A = acts[cfg.checkpoint ? 0 : l];
+    LayerActs& A = acts[cfg.full_recompute() ? 0 : l];
     stash[l].clear();
     mode = ckpt && cfg.cac ? CommMode::record : CommMode::live;
     cur_stash = &stash[l];
@@ -223,7 +223,7 @@ double Trainer::Impl::micro_batch(bool backward, double* ce_out, double* aux_out
   const double ce = head_and_loss(backward);
   if (backward) {
     for (int l = L - 1; l >= 0; --l) {
-      LayerActs& A = acts[cfg.checkpoint ? 0 : l];
+      LayerActs& A = acts[cfg.full_recompute() ? 0 : l];
       if (ckpt) {  // recompute this layer's forward from its checkpointed input
         mode = cfg.cac ? CommMode::replay : CommMode::live;
         cur_stash = &stash[l];

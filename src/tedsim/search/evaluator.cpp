@@ -7,10 +7,10 @@ Evaluator::Evaluator(const ModelSpec& model, const TopologySpec& topology, const
       peak_flops_(topology.device.peak_tflops_of(model.dtype) * kTera) {}
 
 const GroupSpans& Evaluator::spans_for(const ParallelConfig& c) const {
-  const auto key = std::make_tuple(c.gpus, c.tp, c.ep, int(c.layout), c.expert_tp);
+  const auto key = std::make_tuple(c.gpus, c.tp, c.ep, int(c.layout), c.expert_tp, c.pp);
   auto it = spans_.find(key);
   if (it == spans_.end()) {
-    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp);
+    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
     it = spans_.emplace(key, compute_group_spans(layout, topology_)).first;
   }
   return it->second;
@@ -26,11 +26,13 @@ Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace, bo
   Prediction p;
   p.config = c;
   const Workload w = build_workload(model_, c, profile_, spans_for(c));
-  p.memory = estimate_memory(model_, c, w, topology_);
+  p.stage_map = build_stage_map(model_.layers, c.pp, c.vpp, c.pipeline_layout);
+  p.memory = estimate_memory(model_, c, w, topology_, p.stage_map, skip_unfit ? nullptr : &p.stage_memory);
   if (skip_unfit && !p.memory.fits()) return p;
-  p.sim = simulate_iteration(model_, c, w, trace);
+  p.sim = simulate_iteration(model_, c, w, p.stage_map, trace);
   const double t = p.sim.iteration_s;
-  const double microbatches_all_ranks = double(w.shape.ga) * c.gpus;
+  // The workload's FLOPs are a tensor rank's over all layers; P stages share them.
+  const double microbatches_all_ranks = double(w.shape.ga) * c.gpus / c.pp;
   p.flops_per_iteration = w.flops_per_microbatch * microbatches_all_ranks;
   p.model_flops_per_iteration = w.model_flops_per_microbatch * microbatches_all_ranks;
   p.samples_per_s = c.global_batch / t;

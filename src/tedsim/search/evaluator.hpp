@@ -1,6 +1,6 @@
 #pragma once
 // Turns one configuration into a prediction: workload, timeline, memory and the derived rates.
-// Group placements depend only on (t, e, layout, expert TP), so they are computed once per such
+// Group placements depend only on (G, P, t, e, layout, expert TP), so they are computed once per such
 // combination and reused across the micro-batch and option variations of a search.
 #include <map>
 #include <tuple>
@@ -14,7 +14,9 @@ namespace tedsim {
 struct Prediction {
   ParallelConfig config;
   SimResult sim;
-  MemoryBreakdown memory;
+  MemoryBreakdown memory;              // the stage with the largest peak (what must fit)
+  std::vector<MemoryBreakdown> stage_memory;  // every pipeline stage's
+  StageMap stage_map;
   double tokens_per_s = 0, samples_per_s = 0;
   double tflops_per_gpu = 0;            // hardware FLOPs (recompute included) per second per device
   double mfu = 0;                       // model FLOPs (no recompute) / (time x devices x dtype peak)
@@ -42,7 +44,7 @@ class Evaluator {
   const TopologySpec& topology_;
   const Profile& profile_;
   double peak_flops_;
-  mutable std::map<std::tuple<int, int, int, int, bool>, GroupSpans> spans_;
+  mutable std::map<std::tuple<int, int, int, int, bool, int>, GroupSpans> spans_;
 };
 
 }  // namespace tedsim

@@ -19,42 +19,57 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
   std::vector<ParallelConfig> configs;
   const int G = space.gpus;
   const std::vector<int> expert_degrees = m.is_moe() ? divisors(m.moe.experts) : std::vector<int>{1};
-  for (int t : divisors(G)) {
-    for (int e : expert_degrees) {
-      if (G % (t * e) != 0) continue;
-      for (bool expert_tp : {true, false}) {
-        if (!expert_tp && (t == 1 || !m.is_moe())) continue;  // only differs with experts and t > 1
-        const int de = expert_tp ? G / (t * e) : G / e;
-        for (RankLayout layout : {RankLayout::ted, RankLayout::data_before_expert}) {
-          // The layouts differ only when both expert and expert-data groups have several ranks.
-          if (layout == RankLayout::data_before_expert && (e == 1 || de == 1)) continue;
-          const int d = G / t;
-          if (space.global_batch % d != 0) continue;
-          for (int b : divisors(space.global_batch / d)) {
-            for (bool dtd : {false, true}) {
-              if (dtd && (t == 1 || !m.is_moe())) continue;
-              for (bool checkpoint : {true, false}) {
-                for (bool cac : {false, true}) {
-                  // CAC needs checkpointing and collectives to stash.
-                  if (cac && (!checkpoint || (t == 1 && e == 1))) continue;
-                  for (int zero : space.zero_stages) {
-                    for (bool tiled : {true, false}) {
-                      if (!tiled && !m.is_moe()) continue;
-                      ParallelConfig c;
-                      c.gpus = G;
-                      c.tp = t;
-                      c.ep = e;
-                      c.micro_batch = b;
-                      c.global_batch = space.global_batch;
-                      c.seq_len = space.seq_len;
-                      c.dtd = dtd;
-                      c.cac = cac;
-                      c.checkpoint = checkpoint;
-                      c.zero = zero;
-                      c.expert_tp = expert_tp;
-                      c.tiled_optimizer = tiled;
-                      c.layout = layout;
-                      if (config_is_valid(c, m)) configs.push_back(c);
+  for (int p : divisors(G)) {
+    if ((space.max_pp > 0 && p > space.max_pp) || p > m.layers) continue;
+    const int S = G / p;  // devices of one stage
+    for (int t : divisors(S)) {
+      for (int e : expert_degrees) {
+        if (S % (t * e) != 0) continue;
+        const int d = S / t;
+        if (space.global_batch % d != 0) continue;
+        for (bool expert_tp : {true, false}) {
+          if (!expert_tp && (t == 1 || !m.is_moe())) continue;  // only differs with experts and t > 1
+          const int de = expert_tp ? S / (t * e) : S / e;
+          for (RankLayout layout : {RankLayout::ted, RankLayout::data_before_expert}) {
+            // The layouts differ only when both expert and expert-data groups have several ranks.
+            if (layout == RankLayout::data_before_expert && (e == 1 || de == 1)) continue;
+            for (int b : divisors(space.global_batch / d)) {
+              const int ga = space.global_batch / (d * b);
+              for (int v = 1; v <= (p > 1 ? space.max_vpp : 1); ++v) {
+                if (p * v > m.layers || (v > 1 && ga % p != 0)) continue;
+                for (bool sp : {false, true}) {
+                  if (sp && (t == 1 || !space.sequence_parallel)) continue;
+                  for (bool dtd : {false, true}) {
+                    // DTD splits tokens over the tensor group; SP already does.
+                    if (dtd && (t == 1 || !m.is_moe() || sp)) continue;
+                    for (Recompute recompute : space.recompute) {
+                      for (bool cac : {false, true}) {
+                        // CAC needs full recompute and collectives to stash.
+                        if (cac && (recompute != Recompute::full || (t == 1 && e == 1))) continue;
+                        for (int zero : space.zero_stages) {
+                          for (bool tiled : {true, false}) {
+                            if (!tiled && !m.is_moe()) continue;
+                            ParallelConfig c;
+                            c.gpus = G;
+                            c.pp = p;
+                            c.vpp = v;
+                            c.tp = t;
+                            c.ep = e;
+                            c.micro_batch = b;
+                            c.global_batch = space.global_batch;
+                            c.seq_len = space.seq_len;
+                            c.sequence_parallel = sp;
+                            c.dtd = dtd;
+                            c.cac = cac;
+                            c.recompute = recompute;
+                            c.zero = zero;
+                            c.expert_tp = expert_tp;
+                            c.tiled_optimizer = tiled;
+                            c.layout = layout;
+                            if (config_is_valid(c, m)) configs.push_back(c);
+                          }
+                        }
+                      }
                     }
                   }
                 }

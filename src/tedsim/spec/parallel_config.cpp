@@ -2,6 +2,7 @@
 
 #include "tedsim/core/error.hpp"
 #include "tedsim/spec/model_spec.hpp"
+#include "tedsim/spec/pipeline_layout.hpp"
 
 namespace tedsim {
 namespace {
@@ -11,12 +12,24 @@ namespace {
 std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
   auto s = [](long long x) { return std::to_string(x); };
   if (c.gpus <= 0) return "gpus must be positive, got " + s(c.gpus);
+  if (c.pp <= 0) return "pp must be positive, got " + s(c.pp);
+  if (c.vpp <= 0) return "vpp must be positive, got " + s(c.vpp);
   if (c.tp <= 0) return "tp must be positive, got " + s(c.tp);
   if (c.ep <= 0) return "ep must be positive, got " + s(c.ep);
   if (c.micro_batch <= 0) return "micro-batch must be positive, got " + s(c.micro_batch);
   if (c.global_batch <= 0) return "global batch must be positive, got " + s(c.global_batch);
   if (c.seq_len < 0) return "sequence length must be positive, got " + s(c.seq_len);
-  if (c.zero < 0 || c.zero > 2) return "zero stage must be 0, 1 or 2, got " + s(c.zero);
+  if (c.zero < 0 || c.zero > 3) return "zero stage must be 0, 1, 2 or 3, got " + s(c.zero);
+  if (c.gpus % c.pp != 0) return "pp " + s(c.pp) + " does not divide gpus " + s(c.gpus);
+  if (c.vpp > 1 && c.pp == 1) return "vpp " + s(c.vpp) + " needs pipeline parallelism (pp > 1)";
+  if (c.pipeline_layout.empty() && m.layers < c.pp * c.vpp)
+    return "pp x vpp = " + s(c.pp * c.vpp) + " exceeds the model's " + s(m.layers) + " layers";
+  if (!c.pipeline_layout.empty()) {
+    const std::string why = pipeline_layout_violation(c.pipeline_layout, m.layers, c.pp, c.vpp);
+    if (!why.empty()) return why;
+  }
+  if (c.sequence_parallel && c.tp == 1) return "sequence parallelism needs tp > 1";
+  if (c.recompute == Recompute::selective && c.recompute_modules == 0) return "selective recompute needs at least one module";
   if (m.heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide heads " + s(m.heads);
   if (m.kv_heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide kv_heads " + s(m.kv_heads);
   if (m.hidden % c.tp != 0) return "tp " + s(c.tp) + " does not divide hidden " + s(m.hidden);
@@ -24,22 +37,33 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
   if (m.vocab % c.tp != 0) return "tp " + s(c.tp) + " does not divide vocab " + s(m.vocab);
   if (!m.is_moe() && c.ep != 1) return "ep " + s(c.ep) + " needs a MoE model (this one is dense)";
   if (m.is_moe() && m.moe.experts % c.ep != 0) return "ep " + s(c.ep) + " does not divide experts " + s(m.moe.experts);
-  if (c.gpus % (c.tp * c.ep) != 0) return "tp x ep = " + s(c.tp * c.ep) + " does not divide gpus " + s(c.gpus);
+  if (c.stage_gpus() % (c.tp * c.ep) != 0)
+    return "tp x ep = " + s(c.tp * c.ep) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage" +
+           (c.pp > 1 ? " (gpus " + s(c.gpus) + " / pp " + s(c.pp) + ")" : std::string());
   if (c.global_batch % (c.micro_batch * c.dp()) != 0)
     return "global batch " + s(c.global_batch) + " is not a multiple of micro-batch x data degree = " +
            s(c.micro_batch) + " x " + s(c.dp());
-  if (c.cac && !c.checkpoint) return "communication-aware checkpointing (cac) needs activation checkpointing";
+  // Megatron's interleaved schedule runs micro-batches in groups of P.
+  if (c.vpp > 1 && c.grad_accum() % c.pp != 0)
+    return "the interleaved schedule (vpp " + s(c.vpp) + ") needs micro-batches per iteration (" + s(c.grad_accum()) +
+           ") divisible by pp " + s(c.pp) + ", as Megatron-Core requires";
+  if (c.cac && !c.full_recompute()) return "communication-aware checkpointing (cac) needs full recompute (activation checkpointing)";
   return {};
 }
 
 }  // namespace
 
 std::string ParallelConfig::describe() const {
-  std::string text = "t=" + std::to_string(tp) + " e=" + std::to_string(ep) + " d=" + std::to_string(dp()) +
+  std::string text;
+  if (pp > 1) text += "p=" + std::to_string(pp) + (vpp > 1 ? " v=" + std::to_string(vpp) : std::string()) + " ";
+  text += "t=" + std::to_string(tp) + " e=" + std::to_string(ep) + " d=" + std::to_string(dp()) +
                      " b=" + std::to_string(micro_batch) + " ga=" + std::to_string(grad_accum());
   text += dtd ? " dtd" : " -";
   text += cac ? " cac" : " -";
-  text += checkpoint ? " ckpt" : " -";
+  text += recompute == Recompute::full ? " ckpt"
+          : recompute == Recompute::selective ? " sel(" + recompute_modules_text(recompute_modules) + ")"
+                                                : " -";
+  if (sequence_parallel) text += " sp";
   text += " zero" + std::to_string(zero);
   text += expert_tp ? " etp" : " -";
   text += layout == RankLayout::ted ? " ted" : " dbe";

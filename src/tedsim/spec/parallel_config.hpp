@@ -1,8 +1,10 @@
 #pragma once
 // One point of the search space: how a model is split over G devices and how the step is run.
+#include <cstdint>
 #include <string>
 
 #include "tedsim/spec/rank_layout.hpp"
+#include "tedsim/spec/recompute.hpp"
 
 namespace tedsim {
 
@@ -10,6 +12,8 @@ struct ModelSpec;
 
 struct ParallelConfig {
   int gpus = 1;
+  int pp = 1;               // pipeline degree P (stages), outermost in the rank order
+  int vpp = 1;              // model chunks per pipeline rank V (1: 1F1B; > 1: interleaved 1F1B)
   int tp = 1;               // tensor degree t
   int ep = 1;               // expert degree e
   int micro_batch = 1;      // sequences per data-parallel replica per micro-batch (b)
@@ -17,16 +21,25 @@ struct ParallelConfig {
   int seq_len = 0;          // 0: the model's
   bool dtd = false;         // duplicate token dropping around the expert all-to-alls
   bool cac = false;         // communication-aware activation checkpointing
-  bool checkpoint = true;   // full activation checkpointing (recompute every layer in backward)
-  int zero = 1;             // ZeRO stage 0, 1 or 2
+  Recompute recompute = Recompute::full;  // what backward recomputes (full: activation checkpointing)
+  std::uint8_t recompute_modules = kDefaultRecomputeModules;  // with Recompute::selective
+  bool sequence_parallel = false;  // Korthikanti et al. 2022: norms, dropout, residuals on s/t tokens (t > 1)
+  int zero = 1;             // ZeRO stage 0-3 (3: parameters sharded too, gathered per layer)
+  std::string pipeline_layout;  // Megatron-Core's --pipeline-model-parallel-layout; empty: even split
   bool expert_tp = true;    // experts split over the tensor group (else whole, C/t tokens per rank)
   bool tiled_optimizer = true;  // expert optimizer step in tiles (no fp32 upcast spike)
   RankLayout layout = RankLayout::ted;
 
-  int dp() const { return gpus / tp; }
-  int dp_expert() const { return expert_tp ? gpus / (tp * ep) : gpus / ep; }
+  int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage
+  int dp() const { return stage_gpus() / tp; }
+  int dp_expert() const { return expert_tp ? stage_gpus() / (tp * ep) : stage_gpus() / ep; }
+  bool full_recompute() const { return recompute == Recompute::full; }
+  // Selective recompute of `module` (false under full recompute, which recomputes everything).
+  bool recomputes(RecomputeModule module) const {
+    return recompute == Recompute::selective && (recompute_modules & module) != 0;
+  }
   int grad_accum() const { return global_batch / (micro_batch * dp()); }
-  std::string describe() const;  // "t=2 e=4 d=16 b=1 ga=4 dtd cac ckpt zero=1 etp ted"
+  std::string describe() const;  // "p=2 t=2 e=4 d=16 b=1 ga=4 dtd cac ckpt zero1 etp ted"
 };
 
 // Throws InputError explaining the first rule `c` breaks for `m` (tp dividing heads, ep dividing

@@ -16,27 +16,36 @@ const char* to_string(GroupKind kind) {
     case GroupKind::expert: return "expert";
     case GroupKind::data: return "data";
     case GroupKind::expert_data: return "expert_data";
+    case GroupKind::pipeline: return "pipeline";
   }
   return "?";
 }
 
-TedLayout::TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp)
-    : world_(world), t_(tensor), e_(expert), de_(0), layout_(layout), expert_tp_(expert_tp) {
-  if (world <= 0 || tensor <= 0 || expert <= 0)
-    throw InputError("rank layout: world, tensor and expert degrees must be positive");
-  if (world % (tensor * expert) != 0)
+TedLayout::TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp, int pipeline)
+    : world_(world), t_(tensor), e_(expert), de_(0), p_(pipeline), layout_(layout), expert_tp_(expert_tp) {
+  if (world <= 0 || tensor <= 0 || expert <= 0 || pipeline <= 0)
+    throw InputError("rank layout: world, tensor, expert and pipeline degrees must be positive");
+  if (world % pipeline != 0)
+    throw InputError("rank layout: pipeline degree " + std::to_string(pipeline) + " does not divide " +
+                     std::to_string(world) + " ranks");
+  const int stage = world / pipeline;
+  if (stage % (tensor * expert) != 0)
     throw InputError("rank layout: tensor degree " + std::to_string(tensor) + " x expert degree " +
-                     std::to_string(expert) + " does not divide " + std::to_string(world) + " ranks");
-  de_ = world / (tensor * expert);
+                     std::to_string(expert) + " does not divide " + std::to_string(stage) + " ranks" +
+                     (pipeline > 1 ? " of a pipeline stage" : ""));
+  de_ = stage / (tensor * expert);
 }
 
 int TedLayout::rank_of(RankCoords c) const {
-  if (layout_ == RankLayout::ted) return c.t_idx + t_ * (c.e_idx + e_ * c.d_idx);
-  return c.t_idx + t_ * (c.d_idx + de_ * c.e_idx);
+  const int inner = layout_ == RankLayout::ted ? c.t_idx + t_ * (c.e_idx + e_ * c.d_idx)
+                                               : c.t_idx + t_ * (c.d_idx + de_ * c.e_idx);
+  return inner + stage_world() * c.p_idx;
 }
 
 RankCoords TedLayout::coords_of(int rank) const {
   RankCoords c;
+  c.p_idx = rank / stage_world();
+  rank %= stage_world();
   c.t_idx = rank % t_;
   const int rest = rank / t_;
   if (layout_ == RankLayout::ted) {
@@ -55,6 +64,7 @@ int TedLayout::group_size(GroupKind kind) const {
     case GroupKind::expert: return e_;
     case GroupKind::data: return e_ * de_;
     case GroupKind::expert_data: return expert_tp_ ? de_ : t_ * de_;
+    case GroupKind::pipeline: return p_;
   }
   return 1;
 }
@@ -63,11 +73,19 @@ int TedLayout::group_count(GroupKind kind) const { return world_ / group_size(ki
 
 int TedLayout::group_index(GroupKind kind, int rank) const {
   const RankCoords c = coords_of(rank);
+  if (kind == GroupKind::pipeline) return rank % stage_world();
+  // Groups of the other kinds never leave their stage: number them stage by stage.
+  const int per_stage = stage_world() / group_size(kind);
+  return group_index_in_stage(kind, c) + per_stage * c.p_idx;
+}
+
+int TedLayout::group_index_in_stage(GroupKind kind, const RankCoords& c) const {
   switch (kind) {
     case GroupKind::tensor: return c.e_idx + e_ * c.d_idx;
     case GroupKind::expert: return c.t_idx + t_ * c.d_idx;
     case GroupKind::data: return c.t_idx;
     case GroupKind::expert_data: return expert_tp_ ? c.t_idx + t_ * c.e_idx : c.e_idx;
+    case GroupKind::pipeline: break;
   }
   return 0;
 }

@@ -7,6 +7,9 @@
 //     rank = t_idx + t * (e_idx + e * d_idx)
 // The "data before expert" layout swaps the expert and data digits:
 //     rank = t_idx + t * (d_idx + d_e * e_idx)
+// With P pipeline stages, the digits above number the G/P ranks of one stage and the stage is the
+// outermost digit (Megatron's tp-ep-dp-pp order): rank = inner + (G/P) * p_idx. All groups above
+// stay inside a stage; the pipeline group (same inner rank, one per stage) carries the p2p traffic.
 #include <vector>
 
 namespace tedsim {
@@ -19,23 +22,26 @@ enum class GroupKind {
   expert,       // same (t_idx, d_idx): e ranks, the all-to-all group
   data,         // same t_idx: d = e * d_e ranks, gradient sync of non-expert parameters
   expert_data,  // ranks holding the same expert shard: d_e ranks (t * d_e without expert TP)
+  pipeline,     // same rank inside its stage, one per stage: P ranks, neighbours exchange activations
 };
 const char* to_string(GroupKind kind);
 
 struct RankCoords {
-  int t_idx = 0, e_idx = 0, d_idx = 0;
+  int t_idx = 0, e_idx = 0, d_idx = 0, p_idx = 0;
 };
 
 class TedLayout {
  public:
-  // Throws InputError unless t*e divides G.
-  TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp = true);
+  // Throws InputError unless P divides G and t*e divides G/P.
+  TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp = true, int pipeline = 1);
 
   int world() const { return world_; }
   int tensor() const { return t_; }
   int expert() const { return e_; }
-  int data() const { return world_ / t_; }
-  int expert_data() const { return world_ / (t_ * e_); }
+  int pipeline() const { return p_; }
+  int stage_world() const { return world_ / p_; }
+  int data() const { return stage_world() / t_; }
+  int expert_data() const { return stage_world() / (t_ * e_); }
 
   int rank_of(RankCoords c) const;
   RankCoords coords_of(int rank) const;
@@ -47,7 +53,8 @@ class TedLayout {
   std::vector<int> group_members(GroupKind kind, int rank) const;
 
  private:
-  int world_, t_, e_, de_;
+  int group_index_in_stage(GroupKind kind, const RankCoords& c) const;
+  int world_, t_, e_, de_, p_;
   RankLayout layout_;
   bool expert_tp_;
 };

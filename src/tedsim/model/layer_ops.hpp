@@ -1,0 +1,57 @@
+#pragma once
+// The forward ops of one transformer layer as the cost model sees it (DESIGN.md section 4), built
+// into Blocks with their profile times: attention, the dense MLP, the MoE block, and the embedding
+// and LM head / loss. Backward and recompute are derived from these (workload.cpp).
+//
+// Sequence parallelism (Korthikanti et al. 2022) follows Megatron-Core: layernorms, dropout and
+// residuals run on this rank's s/t tokens; each tensor-parallel block starts with an all-gather of
+// [s, b, h] and ends with a reduce-scatter (the all-reduce's bytes, in two halves). The MoE block
+// follows Megatron-Core's alltoall token dispatcher: the router runs on the rank's own s/t tokens,
+// the expert all-to-all carries them (what DTD achieves without SP), and with expert tensor
+// parallelism the received tokens are all-gathered over the tensor group before the experts and
+// reduce-scattered after them.
+#include <cstdint>
+
+#include "tedsim/model/workload.hpp"
+
+namespace tedsim {
+
+// Appends ops with their profile times; collectives on groups of one rank vanish. Ops are tagged
+// with the recompute module they belong to, so selective recompute can pick them.
+class BlockBuilder {
+ public:
+  BlockBuilder(Block& block, const Profile& profile, const GroupSpans& spans, Dtype dtype)
+      : block_(block), profile_(profile), spans_(spans), dtype_(dtype) {}
+  void set_module(std::uint8_t module) { module_ = module; }
+  void gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch = 1,
+            Phase phase = Phase::compute);
+  void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute);
+  void collective(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
+
+ private:
+  Block& block_;
+  const Profile& profile_;
+  const GroupSpans& spans_;
+  Dtype dtype_;
+  std::uint8_t module_ = 0;
+};
+
+struct LayerDims {
+  std::int64_t T;        // tokens of the micro-batch per tensor group (b * s)
+  std::int64_t T_local;  // tokens each tensor rank holds between blocks: T/t with SP, else T
+  std::int64_t h, s, b, heads_local, head_dim, qkv_out, ffn_local_dense, fc1_factor;
+  double B;  // activation bytes
+  bool sp;
+};
+
+LayerDims layer_dims(const ModelSpec& model, const StepShape& shape);
+
+void attention_forward(BlockBuilder& x, const LayerDims& d);
+void dense_mlp_forward(BlockBuilder& x, const LayerDims& d);
+void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const ModelSpec& m, const ParallelConfig& c);
+void embedding_forward(BlockBuilder& x, const LayerDims& d);
+void head_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const StepShape& s);
+void head_backward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const StepShape& s);
+void embedding_backward(BlockBuilder& x, const LayerDims& d);
+
+}  // namespace tedsim

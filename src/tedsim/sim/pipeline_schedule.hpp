@@ -1,0 +1,30 @@
+#pragma once
+// The order in which each pipeline stage runs its forward and backward passes, after Megatron-Core's
+// pipeline_parallel/schedules.py. A schedule only orders; the timeline (pipeline_timeline.hpp)
+// turns the orders and the dependencies between stages into times, so the bubble is what the
+// dependencies leave idle, never a formula.
+//
+// 1F1B (V = 1): stage p runs min(P - p - 1, m) warm-up forwards, then one forward and one backward
+// in turn, then the remaining backwards. Interleaved 1F1B (V > 1 chunks per stage): m * V
+// chunk-passes; (P - p - 1) * 2 + (V - 1) * P warm-up forwards (all of them when m == P, as
+// Megatron-Core does); micro-batches advance through the chunks in groups of P: forward k runs
+// chunk (k mod PV) / P of micro-batch (k / PV) * P + k mod P, backward k the chunks in reverse.
+#include <vector>
+
+namespace tedsim {
+
+struct PipelineTask {
+  int microbatch = 0;
+  int chunk = 0;         // model chunk of the stage, 0..V-1 (virtual stage chunk * P + stage)
+  bool backward = false;
+};
+
+// Warm-up forwards of `stage` under the schedule for P stages, V chunks, m micro-batches.
+int warmup_forwards(int stage, int pp, int vpp, int microbatches);
+// The tasks of `stage` in the order its compute stream runs them: 2 * m * V tasks.
+std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches);
+// Most bytes of activations `stage` keeps at once under `order`: each forward of chunk c keeps
+// chunk_bytes[c] until its backward.
+double peak_in_flight_bytes(const std::vector<PipelineTask>& order, const double* chunk_bytes);
+
+}  // namespace tedsim

@@ -1,0 +1,414 @@
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "tedsim/model/memory.hpp"
+#include "tedsim/sim/pipeline_schedule.hpp"
+#include "tedsim/sim/simulator.hpp"
+#include "tedsim/sim/trace.hpp"
+
+namespace tedsim {
+namespace {
+
+// Micro-batches drawn op by op in a trace (the first ones and the last, whose backward overlaps the
+// gradient sync); the others appear as one slice per pass.
+constexpr int kTraceExpandedMicrobatches = 2;
+
+// Time and per-phase time of a sequence of blocks.
+struct Span {
+  double seconds = 0;
+  PhaseTimes phases{};
+  void add(const Block& b) {
+    seconds += b.seconds;
+    for (int p = 0; p < kPhaseCount; ++p) phases[p] += b.phase_seconds[p];
+  }
+};
+
+// Gradients a backward pass finishes, `offset` seconds after it starts.
+struct GradReady {
+  double offset, nonexpert, expert;
+};
+
+// What one model chunk of one stage costs per micro-batch.
+struct ChunkWork {
+  Span forward, backward;
+  std::vector<GradReady> grads;  // in backward order
+  double zero3_hidden_fwd = 0, zero3_hidden_bwd = 0;
+  ModelChunk chunk;
+};
+
+struct StageWork {
+  std::vector<ChunkWork> chunks;
+  double nonexpert_params = 0, expert_params = 0;
+};
+
+std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const StageMap& map) {
+  std::vector<StageWork> stages(std::size_t(map.pp));
+  for (int p = 0; p < map.pp; ++p) {
+    StageWork& sw = stages[std::size_t(p)];
+    for (int v = 0; v < map.vpp; ++v) {
+      const ModelChunk& c = map.chunk(p, v);
+      ChunkWork cw;
+      cw.chunk = c;
+      if (c.embedding) cw.forward.add(w.embedding_forward);
+      for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
+        const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
+        cw.forward.add(l.forward);
+        sw.nonexpert_params += l.nonexpert_grad_elems;
+        sw.expert_params += l.expert_grad_elems;
+      }
+      if (c.head) {
+        cw.forward.add(w.head_forward);
+        cw.backward.add(w.head_backward);
+        cw.grads.push_back({cw.backward.seconds, w.head_grad_elems, 0.0});
+        sw.nonexpert_params += w.head_grad_elems;
+      }
+      for (int layer = c.first_layer + c.layers - 1; layer >= c.first_layer; --layer) {
+        const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
+        cw.backward.add(l.recompute);
+        cw.backward.add(l.backward);
+        cw.grads.push_back({cw.backward.seconds, l.nonexpert_grad_elems, l.expert_grad_elems});
+        // ZeRO-3's hidden gathers: half before the forward, half before the backward.
+        cw.zero3_hidden_fwd += l.zero3_hidden_s / 2;
+        cw.zero3_hidden_bwd += l.zero3_hidden_s / 2;
+      }
+      if (c.embedding) {
+        cw.backward.add(w.embedding_backward);
+        cw.grads.push_back({cw.backward.seconds, w.embedding_grad_elems, 0.0});
+        sw.nonexpert_params += w.embedding_grad_elems;
+      }
+      sw.chunks.push_back(std::move(cw));
+    }
+  }
+  return stages;
+}
+
+// One run of the discrete-event timeline for `m` micro-batches.
+class PipelineTimeline {
+ public:
+  PipelineTimeline(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
+                   const std::vector<StageWork>& work, TraceRecorder* trace)
+      : m_(m), c_(c), w_(w), map_(map), work_(work), trace_(trace), P_(map.pp), V_(map.vpp) {
+    full_ne_bucket_s_ = w.nonexpert_sync_seconds(kGradBucketElems);
+    full_ex_bucket_s_ = w.expert_sync_seconds(kGradBucketElems);
+  }
+
+  SimResult run(int microbatches) {
+    mb_count_ = microbatches;
+    const int virtual_stages = P_ * V_;
+    const std::size_t keys = std::size_t(microbatches) * virtual_stages * 2;
+    finish_.assign(keys, -1.0);
+    transfer_start_.assign(keys, -1.0);
+    transfer_end_.assign(keys, -1.0);
+    stages_.assign(std::size_t(P_), StageState{});
+    std::vector<std::vector<PipelineTask>> orders(static_cast<std::size_t>(P_));
+    std::size_t remaining = 0;
+    for (int p = 0; p < P_; ++p) {
+      orders[std::size_t(p)] = stage_order(p, P_, V_, microbatches);
+      remaining += orders[std::size_t(p)].size();
+      if (trace_) trace_->name_stage(p, "stage " + std::to_string(p));
+    }
+    // Each sweep runs, stage by stage, every task whose input is there; a valid schedule always
+    // lets some stage advance.
+    while (remaining > 0) {
+      std::size_t ran = 0;
+      for (int p = 0; p < P_; ++p) {
+        StageState& st = stages_[std::size_t(p)];
+        const std::vector<PipelineTask>& order = orders[std::size_t(p)];
+        while (st.next < order.size() && try_run(p, order[st.next])) {
+          ++st.next;
+          ++ran;
+        }
+      }
+      if (ran == 0) break;  // cannot happen for the schedules above; never spin
+      remaining -= ran;
+    }
+    finish_step();
+    return result();
+  }
+
+ private:
+  struct StageState {
+    std::size_t next = 0;
+    double compute_free = 0, dp_free = 0, end = 0;
+    double link_free[2] = {0, 0};  // sends downstream (activations) and upstream (gradients)
+    double ne_pending = 0, ex_pending = 0;
+    PhaseTimes exposed{}, busy{};
+    int grad_buckets = 0;
+    StageTimes times;
+  };
+
+  std::size_t key(int mb, int vstage, bool backward) const {
+    return (std::size_t(mb) * std::size_t(P_ * V_) + std::size_t(vstage)) * 2 + (backward ? 1 : 0);
+  }
+
+  // Runs `task` on stage `p` if its input is there; false if it must wait for another stage.
+  bool try_run(int p, const PipelineTask& task) {
+    const int virtual_stages = P_ * V_;
+    const int vstage = task.chunk * P_ + p;
+    const std::size_t self = key(task.microbatch, vstage, task.backward);
+    double ready = 0;
+    bool crossed = false;
+    if (!task.backward) {
+      if (vstage > 0) {
+        const std::size_t dep = key(task.microbatch, vstage - 1, false);
+        if (finish_[dep] < 0) return false;
+        ready = transfer_end_[self];
+        crossed = true;
+      }
+    } else if (vstage == virtual_stages - 1) {
+      ready = finish_[key(task.microbatch, vstage, false)];  // the loss: this stage's own forward
+    } else {
+      const std::size_t dep = key(task.microbatch, vstage + 1, true);
+      if (finish_[dep] < 0) return false;
+      ready = transfer_end_[self];
+      crossed = true;
+    }
+    StageState& st = stages_[std::size_t(p)];
+    const double start = std::max(st.compute_free, ready);
+    if (start > st.compute_free) {
+      // Idle: waiting on the transfer while it is in flight, on the neighbour's compute before.
+      double in_flight = 0;
+      if (crossed) {
+        const double lo = std::max(st.compute_free, transfer_start_[self]);
+        in_flight = std::max(0.0, start - lo);
+      }
+      const double bubble = start - st.compute_free - in_flight;
+      st.exposed[int(Phase::pp_p2p)] += in_flight;
+      st.exposed[int(Phase::pp_bubble)] += bubble;
+      st.times.p2p_s += in_flight;
+      st.times.bubble_s += bubble;
+      if (trace_ && bubble > 0)
+        trace_->add({"pipeline bubble", "waiting on a neighbour stage", Phase::pp_bubble, Stream::compute, st.compute_free, bubble, p});
+      if (trace_ && in_flight > 0)
+        trace_->add({"wait for p2p", "activation or gradient in flight", Phase::pp_p2p, Stream::compute, start - in_flight, in_flight, p});
+    }
+    const ChunkWork& cw = work_[std::size_t(p)].chunks[std::size_t(task.chunk)];
+    const Span& span = task.backward ? cw.backward : cw.forward;
+    for (int i = 0; i < kPhaseCount; ++i) {
+      st.exposed[i] += span.phases[i];
+      st.busy[i] += span.phases[i];
+    }
+    st.busy[int(Phase::dp_grad_sync)] += task.backward ? cw.zero3_hidden_bwd : cw.zero3_hidden_fwd;
+    st.times.busy_s += span.seconds;
+    if (trace_) trace_pass(p, task, cw, start);
+    const double end = start + span.seconds;
+    st.compute_free = end;
+    finish_[self] = end;
+    // Gradients: every micro-batch with ZeRO >= 2, else the chunk's last micro-batch only.
+    if (task.backward && (c_.zero >= 2 || task.microbatch == mb_count_ - 1)) {
+      for (const GradReady& g : cw.grads) add_grads(p, g.nonexpert, g.expert, start + g.offset, task.microbatch);
+      flush(p, end, task.microbatch);
+    }
+    send_result(p, task, vstage, end);
+    return true;
+  }
+
+  // Puts this pass's output on the link to the stage that needs it.
+  void send_result(int p, const PipelineTask& task, int vstage, double end) {
+    const int virtual_stages = P_ * V_;
+    int to_vstage = -1;
+    if (!task.backward && vstage + 1 < virtual_stages) to_vstage = vstage + 1;
+    if (task.backward && vstage > 0) to_vstage = vstage - 1;
+    if (to_vstage < 0) return;
+    StageState& st = stages_[std::size_t(p)];
+    double& link = st.link_free[task.backward ? 1 : 0];
+    const double start = std::max(end, link);
+    const double seconds = w_.p2p_seconds;
+    link = start + seconds;
+    st.busy[int(Phase::pp_p2p)] += seconds;
+    const std::size_t consumer = key(task.microbatch, to_vstage, task.backward);
+    transfer_start_[consumer] = start;
+    transfer_end_[consumer] = start + seconds;
+    if (trace_ && seconds > 0)
+      trace_->add({task.backward ? "p2p_send_gradient" : "p2p_send_activation",
+                   "microbatch " + std::to_string(task.microbatch) + " to stage " + std::to_string(to_vstage % P_),
+                   Phase::pp_p2p, Stream::p2p, start, seconds, p});
+  }
+
+  // Queues `count` buckets of `seconds` each on the stage's data-parallel stream at `now`.
+  void launch_sync(int p, const char* name, double seconds, double now, int mb, int count = 1) {
+    if (seconds <= 0 || count <= 0) return;
+    StageState& st = stages_[std::size_t(p)];
+    for (int i = 0; i < count; ++i) {
+      const double start = std::max(now, st.dp_free);
+      st.dp_free = start + seconds;
+      if (trace_) trace_->add({name, "microbatch " + std::to_string(mb), Phase::dp_grad_sync, Stream::data_parallel, start, seconds, p});
+    }
+    st.busy[int(Phase::dp_grad_sync)] += count * seconds;
+    st.grad_buckets += count;
+  }
+
+  void add_grads(int p, double nonexpert, double expert, double now, int mb) {
+    StageState& st = stages_[std::size_t(p)];
+    st.ne_pending += nonexpert;
+    st.ex_pending += expert;
+    const int ne_full = int(st.ne_pending / kGradBucketElems), ex_full = int(st.ex_pending / kGradBucketElems);
+    st.ne_pending -= ne_full * kGradBucketElems;
+    st.ex_pending -= ex_full * kGradBucketElems;
+    launch_sync(p, "grad_sync_nonexpert", full_ne_bucket_s_, now, mb, ne_full);
+    launch_sync(p, "grad_sync_expert", full_ex_bucket_s_, now, mb, ex_full);
+  }
+
+  void flush(int p, double now, int mb) {
+    StageState& st = stages_[std::size_t(p)];
+    if (st.ne_pending > 0) launch_sync(p, "grad_sync_nonexpert", w_.nonexpert_sync_seconds(st.ne_pending), now, mb);
+    if (st.ex_pending > 0) launch_sync(p, "grad_sync_expert", w_.expert_sync_seconds(st.ex_pending), now, mb);
+    st.ne_pending = st.ex_pending = 0;
+  }
+
+  void blocking(int p, const char* name, Phase phase, double seconds) {
+    if (seconds <= 0) return;
+    StageState& st = stages_[std::size_t(p)];
+    if (trace_) trace_->add({name, "after the last micro-batch", phase, Stream::compute, st.end, seconds, p});
+    st.end += seconds;
+    st.exposed[int(phase)] += seconds;
+    st.busy[int(phase)] += seconds;
+  }
+
+  void finish_step() {
+    for (int p = 0; p < P_; ++p) {
+      StageState& st = stages_[std::size_t(p)];
+      st.end = st.compute_free;
+      // The optimizer needs every gradient: wait for the data-parallel stream.
+      if (st.dp_free > st.end) {
+        if (trace_) trace_->add({"wait for gradient sync", "before the optimizer", Phase::dp_grad_sync, Stream::compute, st.end, st.dp_free - st.end, p});
+        st.exposed[int(Phase::dp_grad_sync)] += st.dp_free - st.end;
+        st.end = st.dp_free;
+      }
+    }
+    // Tied embeddings: the first and the last stage all-reduce the embedding's gradient.
+    if (P_ > 1 && w_.tied_embedding_sync_seconds > 0) {
+      StageState& first = stages_.front();
+      StageState& last = stages_.back();
+      const double both = std::max(first.end, last.end);
+      for (StageState* st : {&first, &last}) {
+        st->exposed[int(Phase::pp_bubble)] += both - st->end;
+        st->times.bubble_s += both - st->end;
+        st->end = both;
+      }
+      blocking(0, "tied_embedding_allreduce", Phase::dp_grad_sync, w_.tied_embedding_sync_seconds);
+      blocking(P_ - 1, "tied_embedding_allreduce", Phase::dp_grad_sync, w_.tied_embedding_sync_seconds);
+    }
+    for (int p = 0; p < P_; ++p) {
+      const StageWork& sw = work_[std::size_t(p)];
+      blocking(p, "adam_step", Phase::optimizer, w_.optimizer_seconds(sw.nonexpert_params, sw.expert_params));
+      blocking(p, "zero_param_allgather", Phase::dp_grad_sync, w_.param_allgather_seconds(sw.nonexpert_params, sw.expert_params));
+      stages_[std::size_t(p)].times.end_s = stages_[std::size_t(p)].end;
+    }
+  }
+
+  SimResult result() const {
+    SimResult r;
+    int critical = 0;
+    for (int p = 1; p < P_; ++p)
+      if (stages_[std::size_t(p)].end > stages_[std::size_t(critical)].end) critical = p;
+    const StageState& st = stages_[std::size_t(critical)];
+    r.iteration_s = st.end;
+    r.exposed = st.exposed;
+    r.busy = st.busy;
+    r.grad_buckets = st.grad_buckets;
+    r.critical_stage = critical;
+    for (const StageState& s : stages_) r.stages.push_back(s.times);
+    return r;
+  }
+
+  bool traced(int mb) const { return mb < kTraceExpandedMicrobatches || mb == mb_count_ - 1; }
+
+  void trace_block(int p, const Block& block, const std::string& where, double& now) {
+    for (int i = 0; i < block.count; ++i) {
+      const Op& op = block.ops[i];
+      trace_->add({op.name, where, op.phase, Stream::compute, now, op.seconds, p});
+      now += op.seconds;
+    }
+  }
+
+  void trace_pass(int p, const PipelineTask& task, const ChunkWork& cw, double start) {
+    const std::string pass = std::string(task.backward ? "backward" : "forward") + " microbatch " +
+                             std::to_string(task.microbatch) + (V_ > 1 ? " chunk " + std::to_string(task.chunk) : "");
+    if (!traced(task.microbatch)) {
+      const Span& span = task.backward ? cw.backward : cw.forward;
+      trace_->add({pass, "layers " + std::to_string(cw.chunk.first_layer) + "-" + std::to_string(cw.chunk.first_layer + cw.chunk.layers - 1),
+                   Phase::compute, Stream::compute, start, span.seconds, p});
+      return;
+    }
+    double now = start;
+    const ModelChunk& c = cw.chunk;
+    auto layer_where = [&](const char* what, int layer) { return pass + " " + what + " layer " + std::to_string(layer); };
+    if (!task.backward) {
+      if (c.embedding) trace_block(p, w_.embedding_forward, pass + " embedding", now);
+      for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
+        trace_block(p, (m_.is_moe_layer(layer) ? w_.moe : w_.dense).forward, layer_where("forward", layer), now);
+      if (c.head) trace_block(p, w_.head_forward, pass + " head", now);
+      return;
+    }
+    if (c.head) trace_block(p, w_.head_backward, pass + " head", now);
+    for (int layer = c.first_layer + c.layers - 1; layer >= c.first_layer; --layer) {
+      const LayerBlocks& l = m_.is_moe_layer(layer) ? w_.moe : w_.dense;
+      trace_block(p, l.recompute, layer_where("recompute", layer), now);
+      trace_block(p, l.backward, layer_where("backward", layer), now);
+    }
+    if (c.embedding) trace_block(p, w_.embedding_backward, pass + " embedding", now);
+  }
+
+  const ModelSpec& m_;
+  const ParallelConfig& c_;
+  const Workload& w_;
+  const StageMap& map_;
+  const std::vector<StageWork>& work_;
+  TraceRecorder* trace_;
+  int P_, V_;
+  int mb_count_ = 0;
+  double full_ne_bucket_s_ = 0, full_ex_bucket_s_ = 0;
+  std::vector<double> finish_, transfer_start_, transfer_end_;
+  std::vector<StageState> stages_;
+};
+
+// a + n * (b - a), field by field: the timeline n micro-batch groups past `a`, in steady state.
+SimResult extrapolate(const SimResult& a, const SimResult& b, double n) {
+  auto lerp = [n](double x, double y) { return x + n * (y - x); };
+  SimResult r = b;
+  r.iteration_s = lerp(a.iteration_s, b.iteration_s);
+  for (int p = 0; p < kPhaseCount; ++p) {
+    r.exposed[p] = lerp(a.exposed[p], b.exposed[p]);
+    r.busy[p] = lerp(a.busy[p], b.busy[p]);
+  }
+  r.grad_buckets = int(std::lround(lerp(a.grad_buckets, b.grad_buckets)));
+  for (std::size_t s = 0; s < r.stages.size(); ++s) {
+    r.stages[s].busy_s = lerp(a.stages[s].busy_s, b.stages[s].busy_s);
+    r.stages[s].bubble_s = lerp(a.stages[s].bubble_s, b.stages[s].bubble_s);
+    r.stages[s].p2p_s = lerp(a.stages[s].p2p_s, b.stages[s].p2p_s);
+    r.stages[s].end_s = lerp(a.stages[s].end_s, b.stages[s].end_s);
+  }
+  return r;
+}
+
+bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) {
+  const double d1 = b.iteration_s - a.iteration_s, d2 = c.iteration_s - b.iteration_s;
+  if (a.critical_stage != b.critical_stage || b.critical_stage != c.critical_stage) return false;
+  return std::fabs(d1 - d2) <= 1e-9 * std::max(1e-12, std::fabs(c.iteration_s));
+}
+
+}  // namespace
+
+SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
+                             TraceRecorder* trace) {
+  const std::vector<StageWork> work = stage_work(m, w, map);
+  PipelineTimeline timeline(m, c, w, map, work, trace);
+  const int total = w.shape.ga;
+  // Micro-batches advance in groups of P under the interleaved schedule.
+  const int group = map.vpp > 1 ? map.pp : 1;
+  int k = schedule_microbatches_replayed(map.pp, map.vpp, total);
+  while (!trace && k + 2 * group < total) {
+    const SimResult a = timeline.run(k), b = timeline.run(k + group), c3 = timeline.run(k + 2 * group);
+    if (same_increment(a, b, c3)) return extrapolate(a, b, double(total - k) / group);
+    k *= 2;  // not yet in steady state: look further out
+  }
+  return timeline.run(total);
+}
+
+SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const Workload& w, TraceRecorder* trace) {
+  return simulate_iteration(m, c, w, build_stage_map(m.layers, c.pp, c.vpp, c.pipeline_layout), trace);
+}
+
+}  // namespace tedsim
