@@ -1,5 +1,6 @@
 // tedsim search: rank every valid configuration.
 #include <iostream>
+#include <thread>
 #include <memory>
 
 #include "commands.hpp"
@@ -17,19 +18,23 @@ namespace {
 struct SearchOptions {
   InputOptions in;
   int top = 10;
+  int threads = 0;  // 0: every core
+  int max_pp = 0;
   std::string csv;
 };
 
 TextTable ranking_table(const SearchResult& r) {
-  TextTable table({"rank", "t", "e", "d", "d_e", "b", "ga", "dtd", "cac", "ckpt", "zero", "etp", "tiled", "layout",
-                   "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
+  TextTable table({"rank", "p", "v", "t", "e", "d", "d_e", "b", "ga", "sp", "recomp", "dtd", "cac", "zero", "etp",
+                   "tiled", "layout", "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
   int rank = 1;
   auto yn = [](bool b) { return std::string(b ? "on" : "off"); };
   for (const Prediction& p : r.top) {
     const ParallelConfig& c = p.config;
-    table.add_row({std::to_string(rank++), std::to_string(c.tp), std::to_string(c.ep), std::to_string(c.dp()),
-                   std::to_string(c.dp_expert()), std::to_string(c.micro_batch), std::to_string(c.grad_accum()),
-                   yn(c.dtd), yn(c.cac), yn(c.full_recompute()), std::to_string(c.zero), yn(c.expert_tp),
+    const std::string recompute = c.recompute == Recompute::full ? "full" : c.recompute == Recompute::none ? "none" : "sel";
+    table.add_row({std::to_string(rank++), std::to_string(c.pp), std::to_string(c.vpp), std::to_string(c.tp),
+                   std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
+                   std::to_string(c.micro_batch), std::to_string(c.grad_accum()), yn(c.sequence_parallel), recompute,
+                   yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp),
                    yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", fixed(p.sim.iteration_s, 4),
                    fixed(p.tokens_per_s, 0), fixed(p.tflops_per_gpu, 1), fixed(100 * p.mfu, 1),
                    fixed(p.memory.peak / kGiB, 2)});
@@ -47,9 +52,16 @@ int run_search_command(const SearchOptions& o) {
   space.gpus = o.in.gpus;
   space.global_batch = o.in.global_batch;
   space.seq_len = o.in.seq_len;
-  const SearchResult r = run_search(evaluator, space, o.top, [](long long done, long long total) {
-    std::cerr << "search: " << done << " / " << total << " configurations evaluated\r" << std::flush;
-  });
+  space.max_pp = o.max_pp;
+  if (o.threads < 0) throw InputError("--threads: expected a positive count (0: every core), got " + std::to_string(o.threads));
+  if (o.max_pp < 0) throw InputError("--max-pp: expected a positive degree (0: every divisor), got " + std::to_string(o.max_pp));
+  const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const SearchResult r = run_search(
+      evaluator, space, o.top,
+      [](long long done, long long total) {
+        std::cerr << "search: " << done << " / " << total << " configurations evaluated\r" << std::flush;
+      },
+      threads);
   const TextTable table = ranking_table(r);
   table.print(out);
   print_profile_warnings(out, *in.profile);
@@ -70,6 +82,8 @@ void register_search(CLI::App& app, Action& action) {
   add_input_options(*cmd, o->in);
   cmd->add_option("--top", o->top, "configurations to show")->capture_default_str();
   cmd->add_option("--csv", o->csv, "write the ranking table as CSV");
+  cmd->add_option("--threads", o->threads, "threads sharing the search (default: every core; same result for any count)");
+  cmd->add_option("--max-pp", o->max_pp, "largest pipeline degree to consider (default: every divisor of --gpus)");
   cmd->callback([o, &action] { action = [o] { return run_search_command(*o); }; });
 }
 

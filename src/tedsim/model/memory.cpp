@@ -150,9 +150,22 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
       kept[std::size_t(v)] = bytes;
       with_stash[std::size_t(v)] = bytes + stash;
     }
-    const std::vector<PipelineTask> order = stage_order(stage, map.pp, map.vpp, replayed);
-    const double in_flight = peak_in_flight_bytes(order, kept.data());
-    const double in_flight_with_stash = c.cac ? peak_in_flight_bytes(order, with_stash.data()) : in_flight;
+    // The schedule's warm-up forwards and one more are in flight at the peak: 1F1B keeps
+    // min(P - p, m) micro-batches; with chunks of equal size so does the interleaved schedule
+    // (warm-up + 1 chunk-passes); chunks of different sizes replay the order.
+    bool equal_chunks = true;
+    for (int v = 1; v < map.vpp; ++v)
+      equal_chunks &= kept[std::size_t(v)] == kept[0] && with_stash[std::size_t(v)] == with_stash[0];
+    double in_flight = 0, in_flight_with_stash = 0;
+    if (equal_chunks) {
+      const int passes = std::min(warmup_forwards(stage, map.pp, map.vpp, s.ga) + 1, s.ga * map.vpp);
+      in_flight = passes * kept[0];
+      in_flight_with_stash = passes * with_stash[0];
+    } else {
+      const std::vector<PipelineTask> order = stage_order(stage, map.pp, map.vpp, replayed);
+      in_flight = peak_in_flight_bytes(order, kept.data());
+      in_flight_with_stash = c.cac ? peak_in_flight_bytes(order, with_stash.data()) : in_flight;
+    }
     mem.activations = in_flight + recompute_transient + (has_head ? logits : 0.0);
     mem.cac_stash = in_flight_with_stash - in_flight;
     mem.moe_buffers = has_moe ? l.moe_transient : 0.0;

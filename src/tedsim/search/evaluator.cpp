@@ -16,19 +16,29 @@ const GroupSpans& Evaluator::spans_for(const ParallelConfig& c) const {
   return it->second;
 }
 
+Workload Evaluator::workload_for(const ParallelConfig& c) const { return build_workload(model_, c, profile_, spans_for(c)); }
+
 Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace) const {
-  return evaluate(c, trace, false);
+  return evaluate(c, workload_for(c), trace, false, 0.0);
 }
 
-Prediction Evaluator::evaluate_if_fits(const ParallelConfig& c) const { return evaluate(c, nullptr, true); }
+Prediction Evaluator::evaluate_if_fits(const ParallelConfig& c) const { return evaluate(c, workload_for(c), nullptr, true, 0.0); }
 
-Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace, bool skip_unfit) const {
+Prediction Evaluator::evaluate_bounded(const ParallelConfig& c, const Workload& w, double tokens_per_s_to_beat) const {
+  return evaluate(c, w, nullptr, true, tokens_per_s_to_beat);
+}
+
+Prediction Evaluator::evaluate(const ParallelConfig& c, const Workload& w, TraceRecorder* trace, bool skip_unfit,
+                               double tokens_per_s_to_beat) const {
   Prediction p;
   p.config = c;
-  const Workload w = build_workload(model_, c, profile_, spans_for(c));
   p.stage_map = build_stage_map(model_.layers, c.pp, c.vpp, c.pipeline_layout);
   p.memory = estimate_memory(model_, c, w, topology_, p.stage_map, skip_unfit ? nullptr : &p.stage_memory);
   if (skip_unfit && !p.memory.fits()) return p;
+  if (tokens_per_s_to_beat > 0) {
+    const double fastest = iteration_lower_bound(model_, w, p.stage_map);
+    if (fastest > 0 && double(c.global_batch) * w.shape.s / fastest < tokens_per_s_to_beat) return p;
+  }
   p.sim = simulate_iteration(model_, c, w, p.stage_map, trace);
   const double t = p.sim.iteration_s;
   // The workload's FLOPs are a tensor rank's over all layers; P stages share them.

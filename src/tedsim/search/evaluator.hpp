@@ -33,13 +33,20 @@ class Evaluator {
   // For search: memory first, and no timeline for configurations that cannot fit (their rates
   // stay 0), which is where most of a large search space ends.
   Prediction evaluate_if_fits(const ParallelConfig& config) const;
+  // For search, with a workload built for `config` (or for one that differs only in chunks, ZeRO
+  // 0-2 and tiling, with those fields set): memory first; a configuration that fits but whose
+  // lower bound on the iteration time cannot reach `tokens_per_s_to_beat` skips the timeline (its
+  // rates stay 0).
+  Prediction evaluate_bounded(const ParallelConfig& config, const Workload& workload, double tokens_per_s_to_beat) const;
+  Workload workload_for(const ParallelConfig& config) const;
   const GroupSpans& spans_for(const ParallelConfig& config) const;
   const ModelSpec& model() const { return model_; }
   const TopologySpec& topology() const { return topology_; }
   const Profile& profile() const { return profile_; }
 
  private:
-  Prediction evaluate(const ParallelConfig& config, TraceRecorder* trace, bool skip_unfit) const;
+  Prediction evaluate(const ParallelConfig& config, const Workload& workload, TraceRecorder* trace, bool skip_unfit,
+                      double tokens_per_s_to_beat) const;
   const ModelSpec& model_;
   const TopologySpec& topology_;
   const Profile& profile_;

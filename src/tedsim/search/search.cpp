@@ -1,7 +1,10 @@
 #include "tedsim/search/search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <thread>
 
 namespace tedsim {
 namespace {
@@ -35,8 +38,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
             if (layout == RankLayout::data_before_expert && (e == 1 || de == 1)) continue;
             for (int b : divisors(space.global_batch / d)) {
               const int ga = space.global_batch / (d * b);
-              for (int v = 1; v <= (p > 1 ? space.max_vpp : 1); ++v) {
-                if (p * v > m.layers || (v > 1 && ga % p != 0)) continue;
+              {
                 for (bool sp : {false, true}) {
                   if (sp && (t == 1 || !space.sequence_parallel)) continue;
                   for (bool dtd : {false, true}) {
@@ -46,6 +48,10 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                       for (bool cac : {false, true}) {
                         // CAC needs full recompute and collectives to stash.
                         if (cac && (recompute != Recompute::full || (t == 1 && e == 1))) continue;
+                        // Chunks, ZeRO stage and optimizer tiling innermost: they leave the
+                        // per-layer workload as it is, which the search reuses.
+                        for (int v = 1; v <= (p > 1 ? space.max_vpp : 1); ++v) {
+                          if (p * v > m.layers || (v > 1 && ga % p != 0)) continue;
                         for (int zero : space.zero_stages) {
                           for (bool tiled : {true, false}) {
                             if (!tiled && !m.is_moe()) continue;
@@ -69,6 +75,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             if (config_is_valid(c, m)) configs.push_back(c);
                           }
                         }
+                        }
                       }
                     }
                   }
@@ -83,29 +90,114 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
   return configs;
 }
 
+namespace {
+
+// Everything but the chunk count, the optimizer tiling and ZeRO 0-2 shapes the per-layer workload.
+bool same_workload(const ParallelConfig& a, const ParallelConfig& b) {
+  return a.gpus == b.gpus && a.pp == b.pp && a.tp == b.tp && a.ep == b.ep && a.micro_batch == b.micro_batch &&
+         a.global_batch == b.global_batch && a.seq_len == b.seq_len && a.dtd == b.dtd && a.cac == b.cac &&
+         a.recompute == b.recompute && a.recompute_modules == b.recompute_modules &&
+         a.sequence_parallel == b.sequence_parallel && (a.zero >= 3) == (b.zero >= 3) && a.expert_tp == b.expert_tp &&
+         a.layout == b.layout && a.pipeline_layout == b.pipeline_layout;
+}
+
+struct Ranked {
+  double tokens_per_s;
+  std::size_t index;
+};
+bool better(const Ranked& a, const Ranked& b) {
+  return a.tokens_per_s != b.tokens_per_s ? a.tokens_per_s > b.tokens_per_s : a.index < b.index;
+}
+
+// The best `keep` of `configs`, one thread's share of the search. A
+// configuration whose lower bound cannot beat the share's current k-th best skips the timeline;
+// that is exact, since the share's k-th best is never better than the whole search's.
+struct Share {
+  std::vector<Ranked> best;  // sorted, at most `keep`
+  long long evaluated = 0, feasible = 0;
+};
+
+Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& configs, std::size_t keep,
+                   const std::function<void(long long)>& tick) {
+  const Evaluator evaluator(shared.model(), shared.topology(), shared.profile());  // own group-span cache
+  Share share;
+  Workload workload;
+  const ParallelConfig* built = nullptr;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const ParallelConfig& c = configs[i];
+    if (built == nullptr || !same_workload(*built, c)) {
+      workload = evaluator.workload_for(c);
+      built = &c;
+    }
+    workload.zero = c.zero;
+    workload.tiled_optimizer = c.tiled_optimizer;
+    // Ranking by tokens/s is ranking by iteration time: every configuration runs the same batch.
+    const double worst_kept = share.best.size() < keep ? 0.0 : share.best.back().tokens_per_s;
+    const Prediction p = evaluator.evaluate_bounded(c, workload, worst_kept);
+    ++share.evaluated;
+    if (p.fits()) {
+      ++share.feasible;
+      const Ranked r{p.tokens_per_s, i};
+      if (p.tokens_per_s > 0 && (share.best.size() < keep || better(r, share.best.back()))) {
+        share.best.insert(std::upper_bound(share.best.begin(), share.best.end(), r, better), r);
+        if (share.best.size() > keep) share.best.pop_back();
+      }
+    }
+    if (tick && share.evaluated % 65536 == 0) tick(65536);
+  }
+  return share;
+}
+
+}  // namespace
+
 SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, int top_k,
-                        const std::function<void(long long, long long)>& progress) {
+                        const std::function<void(long long, long long)>& progress, int threads) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ParallelConfig> configs = enumerate_configs(evaluator.model(), space);
   SearchResult result;
-  struct Ranked {
-    double tokens_per_s;
-    std::size_t index;
-  };
-  std::vector<Ranked> feasible;
   const long long total = static_cast<long long>(configs.size());
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const Prediction p = evaluator.evaluate_if_fits(configs[i]);
-    ++result.evaluated;
-    if (p.fits()) feasible.push_back({p.tokens_per_s, i});
-    if (progress && (i + 1) % 65536 == 0) progress(static_cast<long long>(i + 1), total);
+  const std::size_t keep = std::size_t(std::max(top_k, 0));
+  threads = std::max(1, std::min<int>(threads, int(std::max<std::size_t>(configs.size() / 4096, 1))));
+  std::atomic<long long> done{0};
+  std::mutex progress_mutex;
+  const auto tick = [&](long long n) {
+    const long long now = done += n;
+    if (progress) {
+      std::lock_guard<std::mutex> lock(progress_mutex);
+      progress(now, total);
+    }
+  };
+  // Threads take interleaved blocks of consecutive configurations, so each sees every part of the
+  // enumeration and configurations sharing a workload mostly stay together.
+  const std::size_t thread_count = static_cast<std::size_t>(threads);
+  std::vector<Share> shares(thread_count);
+  if (threads == 1) {
+    shares[0] = search_share(evaluator, configs, keep, tick);
+  } else {
+    std::vector<std::thread> pool;
+    std::vector<std::vector<ParallelConfig>> parts(thread_count);
+    std::vector<std::vector<std::size_t>> indices(thread_count);
+    constexpr std::size_t kBlock = 256;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const std::size_t t = (i / kBlock) % thread_count;
+      parts[t].push_back(configs[i]);
+      indices[t].push_back(i);
+    }
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] { shares[std::size_t(t)] = search_share(evaluator, parts[std::size_t(t)], keep, tick); });
+    for (std::thread& th : pool) th.join();
+    for (int t = 0; t < threads; ++t)
+      for (Ranked& r : shares[std::size_t(t)].best) r.index = indices[std::size_t(t)][r.index];
   }
-  result.feasible = static_cast<long long>(feasible.size());
-  const std::size_t keep = std::min<std::size_t>(feasible.size(), std::size_t(std::max(top_k, 0)));
-  std::partial_sort(feasible.begin(), feasible.begin() + keep, feasible.end(), [](const Ranked& a, const Ranked& b) {
-    return a.tokens_per_s != b.tokens_per_s ? a.tokens_per_s > b.tokens_per_s : a.index < b.index;
-  });
-  for (std::size_t i = 0; i < keep; ++i) result.top.push_back(evaluator.evaluate(configs[feasible[i].index]));
+  std::vector<Ranked> best;
+  for (const Share& s : shares) {
+    result.evaluated += s.evaluated;
+    result.feasible += s.feasible;
+    best.insert(best.end(), s.best.begin(), s.best.end());
+  }
+  std::sort(best.begin(), best.end(), better);
+  if (best.size() > keep) best.resize(keep);
+  for (const Ranked& r : best) result.top.push_back(evaluator.evaluate(configs[r.index]));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -29,8 +29,9 @@ struct SearchResult {
 // Every valid configuration in enumeration order (what search ranks).
 std::vector<ParallelConfig> enumerate_configs(const ModelSpec& model, const SearchSpace& space);
 
-// `progress(done, total)` is called now and then for long searches.
+// `progress(done, total)` is called now and then for long searches. `threads` share the work; the
+// result is the same for any count (ties keep enumeration order).
 SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, int top_k,
-                        const std::function<void(long long, long long)>& progress = {});
+                        const std::function<void(long long, long long)>& progress = {}, int threads = 1);
 
 }  // namespace tedsim

@@ -11,31 +11,38 @@ int warmup_forwards(int stage, int pp, int vpp, int microbatches) {
   return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, total);
 }
 
-std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches) {
-  const int total = microbatches * vpp;
-  const int warmup = warmup_forwards(stage, pp, vpp, microbatches);
-  const int group = pp * vpp;
-  auto task = [&](int k, bool backward) {
-    PipelineTask t;
-    t.backward = backward;
-    if (vpp == 1) {
-      t.microbatch = k;
-      return t;
-    }
-    const int chunk = (k % group) / pp;
-    t.chunk = backward ? vpp - 1 - chunk : chunk;
-    t.microbatch = (k / group) * pp + k % pp;
+StageOrder::StageOrder(int stage, int pp, int vpp, int microbatches)
+    : pp_(pp), vpp_(vpp), total_(microbatches * vpp), warmup_(warmup_forwards(stage, pp, vpp, microbatches)) {}
+
+PipelineTask StageOrder::pass(int k, bool backward) const {
+  PipelineTask t;
+  t.backward = backward;
+  if (vpp_ == 1) {
+    t.microbatch = k;
     return t;
-  };
-  std::vector<PipelineTask> order;
-  order.reserve(std::size_t(2 * total));
-  for (int k = 0; k < warmup; ++k) order.push_back(task(k, false));
-  for (int k = 0; k < total - warmup; ++k) {
-    order.push_back(task(warmup + k, false));
-    order.push_back(task(k, true));
   }
-  for (int k = total - warmup; k < total; ++k) order.push_back(task(k, true));
-  return order;
+  const int group = pp_ * vpp_;
+  const int chunk = (k % group) / pp_;
+  t.chunk = backward ? vpp_ - 1 - chunk : chunk;
+  t.microbatch = (k / group) * pp_ + k % pp_;
+  return t;
+}
+
+// Warm-up forwards, then forward k + warm-up and backward k in turn, then the last backwards.
+PipelineTask StageOrder::operator[](int i) const {
+  if (i < warmup_) return pass(i, false);
+  const int steady = total_ - warmup_;
+  const int j = i - warmup_;
+  if (j < 2 * steady) return j % 2 == 0 ? pass(warmup_ + j / 2, false) : pass(j / 2, true);
+  return pass(steady + (j - 2 * steady), true);
+}
+
+std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches) {
+  const StageOrder order(stage, pp, vpp, microbatches);
+  std::vector<PipelineTask> tasks;
+  tasks.reserve(std::size_t(order.size()));
+  for (int i = 0; i < order.size(); ++i) tasks.push_back(order[i]);
+  return tasks;
 }
 
 double peak_in_flight_bytes(const std::vector<PipelineTask>& order, const double* chunk_bytes) {

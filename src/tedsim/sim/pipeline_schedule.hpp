@@ -21,7 +21,18 @@ struct PipelineTask {
 
 // Warm-up forwards of `stage` under the schedule for P stages, V chunks, m micro-batches.
 int warmup_forwards(int stage, int pp, int vpp, int microbatches);
-// The tasks of `stage` in the order its compute stream runs them: 2 * m * V tasks.
+// The i-th task of `stage` in the order its compute stream runs them (0 <= i < 2 * m * V).
+class StageOrder {
+ public:
+  StageOrder(int stage, int pp, int vpp, int microbatches);
+  int size() const { return 2 * total_; }
+  PipelineTask operator[](int i) const;
+
+ private:
+  PipelineTask pass(int k, bool backward) const;
+  int pp_, vpp_, total_, warmup_;
+};
+// All of them, for tests and memory replays.
 std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches);
 // Most bytes of activations `stage` keeps at once under `order`: each forward of chunk c keeps
 // chunk_bytes[c] until its backward.

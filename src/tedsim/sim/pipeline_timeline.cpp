@@ -101,12 +101,12 @@ class PipelineTimeline {
     transfer_start_.assign(keys, -1.0);
     transfer_end_.assign(keys, -1.0);
     stages_.assign(std::size_t(P_), StageState{});
-    std::vector<std::vector<PipelineTask>> orders(static_cast<std::size_t>(P_));
+    orders_.clear();
     std::size_t remaining = 0;
     for (int p = 0; p < P_; ++p) {
-      orders[std::size_t(p)] = stage_order(p, P_, V_, microbatches);
-      remaining += orders[std::size_t(p)].size();
-      if (trace_) trace_->name_stage(p, "stage " + std::to_string(p));
+      orders_.emplace_back(p, P_, V_, microbatches);
+      remaining += std::size_t(orders_.back().size());
+      if (trace_) trace_->name_stage(p, "stage " + std::to_string(p) + ": " + stage_text(p));
     }
     // Each sweep runs, stage by stage, every task whose input is there; a valid schedule always
     // lets some stage advance.
@@ -114,7 +114,7 @@ class PipelineTimeline {
       std::size_t ran = 0;
       for (int p = 0; p < P_; ++p) {
         StageState& st = stages_[std::size_t(p)];
-        const std::vector<PipelineTask>& order = orders[std::size_t(p)];
+        const StageOrder& order = orders_[std::size_t(p)];
         while (st.next < order.size() && try_run(p, order[st.next])) {
           ++st.next;
           ++ran;
@@ -129,7 +129,7 @@ class PipelineTimeline {
 
  private:
   struct StageState {
-    std::size_t next = 0;
+    int next = 0;
     double compute_free = 0, dp_free = 0, end = 0;
     double link_free[2] = {0, 0};  // sends downstream (activations) and upstream (gradients)
     double ne_pending = 0, ex_pending = 0;
@@ -313,6 +313,16 @@ class PipelineTimeline {
     return r;
   }
 
+  std::string stage_text(int p) const {
+    std::string text;
+    for (int v = 0; v < V_; ++v) {
+      const ModelChunk& c = map_.chunk(p, v);
+      text += (v ? ", " : "") + std::string(c.embedding ? "embedding + " : "") + "layers " + std::to_string(c.first_layer) +
+              "-" + std::to_string(c.first_layer + c.layers - 1) + (c.head ? " + head" : "");
+    }
+    return text;
+  }
+
   bool traced(int mb) const { return mb < kTraceExpandedMicrobatches || mb == mb_count_ - 1; }
 
   void trace_block(int p, const Block& block, const std::string& where, double& now) {
@@ -362,6 +372,7 @@ class PipelineTimeline {
   double full_ne_bucket_s_ = 0, full_ex_bucket_s_ = 0;
   std::vector<double> finish_, transfer_start_, transfer_end_;
   std::vector<StageState> stages_;
+  std::vector<StageOrder> orders_;
 };
 
 // a + n * (b - a), field by field: the timeline n micro-batch groups past `a`, in steady state.
@@ -398,13 +409,34 @@ SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const 
   const int total = w.shape.ga;
   // Micro-batches advance in groups of P under the interleaved schedule.
   const int group = map.vpp > 1 ? map.pp : 1;
-  int k = schedule_microbatches_replayed(map.pp, map.vpp, total);
+  int k = std::min(total, 2 * map.pp);
   while (!trace && k + 2 * group < total) {
     const SimResult a = timeline.run(k), b = timeline.run(k + group), c3 = timeline.run(k + 2 * group);
     if (same_increment(a, b, c3)) return extrapolate(a, b, double(total - k) / group);
     k *= 2;  // not yet in steady state: look further out
   }
   return timeline.run(total);
+}
+
+double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageMap& map) {
+  double busiest = 0;
+  for (int p = 0; p < map.pp; ++p) {
+    double stage = 0;
+    for (int v = 0; v < map.vpp; ++v) {
+      const ModelChunk& c = map.chunk(p, v);
+      if (c.embedding) stage += w.embedding_forward.seconds + w.embedding_backward.seconds;
+      if (c.head) stage += w.head_forward.seconds + w.head_backward.seconds;
+      const int moe = m.is_moe() ? [&] {
+        int n = 0;
+        for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) n += m.is_moe_layer(layer);
+        return n;
+      }() : 0;
+      const auto pass = [](const LayerBlocks& l) { return l.forward.seconds + l.recompute.seconds + l.backward.seconds; };
+      stage += moe * pass(w.moe) + (c.layers - moe) * pass(w.dense);
+    }
+    busiest = std::max(busiest, stage);
+  }
+  return busiest * w.shape.ga;
 }
 
 SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const Workload& w, TraceRecorder* trace) {

@@ -42,6 +42,9 @@ struct SimResult {
 // op by op) with its stream, start and duration; a traced run simulates every micro-batch.
 SimResult simulate_iteration(const ModelSpec& model, const ParallelConfig& config, const Workload& workload,
                              const StageMap& stage_map, TraceRecorder* trace = nullptr);
+// No timeline is faster than its busiest stage's compute stream: every micro-batch's forward and
+// backward of that stage's chunks, back to back. Cheap; search prunes with it.
+double iteration_lower_bound(const ModelSpec& model, const Workload& workload, const StageMap& stage_map);
 // Same, with the configuration's own stage map.
 SimResult simulate_iteration(const ModelSpec& model, const ParallelConfig& config, const Workload& workload,
                              TraceRecorder* trace = nullptr);
