@@ -343,3 +343,20 @@ TEST(PipelineTimeline, StagesReportTheirLayersMemoryAndBubble) {
 
 }  // namespace
 }  // namespace tedsim
+
+namespace tedsim {
+namespace {
+
+TEST(PipelineSchedule, PeakInFlightWithoutReplayEqualsTheReplay) {
+  const double bytes[] = {3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0, 3.5};
+  for (int pp : {2, 3, 4, 8})
+    for (int vpp : {1, 2, 3, 4, 8})
+      for (int m : {pp, 2 * pp, 5 * pp, 16 * pp})
+        for (int stage = 0; stage < pp; ++stage)
+          EXPECT_DOUBLE_EQ(peak_in_flight_bytes(stage, pp, vpp, m, bytes),
+                           peak_in_flight_bytes(StageOrder(stage, pp, vpp, m), bytes))
+              << "P " << pp << " V " << vpp << " m " << m << " stage " << stage;
+}
+
+}  // namespace
+}  // namespace tedsim

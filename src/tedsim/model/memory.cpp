@@ -66,12 +66,6 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   return l;
 }
 
-int schedule_microbatches_replayed(int pp, int vpp, int microbatches) {
-  if (pp == 1) return std::min(microbatches, 4);
-  // Multiples of P keep the interleaved schedule's micro-batch groups whole.
-  return std::min(microbatches, 4 * pp);
-}
-
 namespace {
 
 struct StageParams {
@@ -111,7 +105,6 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
   const double layer_input = double(s.tokens) * m.hidden * B / (s.sp ? s.t : 1);
   // The loss keeps fp32 softmax over this rank's vocabulary slice.
   const double logits = double(s.tokens) * (double(m.vocab) / s.t) * 4.0;
-  const int replayed = schedule_microbatches_replayed(map.pp, map.vpp, s.ga);
   const double capacity = (topology.device.memory_gib - topology.device.reserved_gib) * kGiB;
 
   MemoryBreakdown worst;
@@ -150,22 +143,11 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
       kept[std::size_t(v)] = bytes;
       with_stash[std::size_t(v)] = bytes + stash;
     }
-    // The schedule's warm-up forwards and one more are in flight at the peak: 1F1B keeps
-    // min(P - p, m) micro-batches; with chunks of equal size so does the interleaved schedule
-    // (warm-up + 1 chunk-passes); chunks of different sizes replay the order.
-    bool equal_chunks = true;
-    for (int v = 1; v < map.vpp; ++v)
-      equal_chunks &= kept[std::size_t(v)] == kept[0] && with_stash[std::size_t(v)] == with_stash[0];
-    double in_flight = 0, in_flight_with_stash = 0;
-    if (equal_chunks) {
-      const int passes = std::min(warmup_forwards(stage, map.pp, map.vpp, s.ga) + 1, s.ga * map.vpp);
-      in_flight = passes * kept[0];
-      in_flight_with_stash = passes * with_stash[0];
-    } else {
-      const std::vector<PipelineTask> order = stage_order(stage, map.pp, map.vpp, replayed);
-      in_flight = peak_in_flight_bytes(order, kept.data());
-      in_flight_with_stash = c.cac ? peak_in_flight_bytes(order, with_stash.data()) : in_flight;
-    }
+    // The schedule's warm-up forwards and one more are in flight at the peak (1F1B: min(P - p, m)
+    // micro-batches); chunks of different sizes make it depend on which ones.
+    const double in_flight = peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, kept.data());
+    const double in_flight_with_stash =
+        c.cac ? peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, with_stash.data()) : in_flight;
     mem.activations = in_flight + recompute_transient + (has_head ? logits : 0.0);
     mem.cac_stash = in_flight_with_stash - in_flight;
     mem.moe_buffers = has_moe ? l.moe_transient : 0.0;

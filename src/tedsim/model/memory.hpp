@@ -42,8 +42,4 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const ParallelConfig& co
 MemoryBreakdown estimate_memory(const ModelSpec& model, const ParallelConfig& config, const Workload& workload,
                                 const TopologySpec& topology);
 
-// Micro-batches of the pipeline schedule replayed for memory and extrapolated by the timeline:
-// enough for every stage to reach its steady state.
-int schedule_microbatches_replayed(int pp, int vpp, int microbatches);
-
 }  // namespace tedsim

@@ -45,15 +45,35 @@ std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatch
   return tasks;
 }
 
-double peak_in_flight_bytes(const std::vector<PipelineTask>& order, const double* chunk_bytes) {
+double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes) {
   double now = 0, peak = 0;
-  for (const PipelineTask& t : order) {
+  for (int i = 0; i < order.size(); ++i) {
+    const PipelineTask t = order[i];
     if (t.backward) {
       now -= chunk_bytes[t.chunk];
     } else {
       now += chunk_bytes[t.chunk];
       peak = std::max(peak, now);
     }
+  }
+  return peak;
+}
+
+double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes) {
+  const StageOrder order(stage, pp, vpp, microbatches);
+  const int total = microbatches * vpp, warmup = warmup_forwards(stage, pp, vpp, microbatches);
+  const int group = pp * vpp;
+  // Bytes of the first n forwards: whole periods hold every chunk P times.
+  double chunk_sum = 0;
+  for (int v = 0; v < vpp; ++v) chunk_sum += chunk_bytes[v];
+  double kept = double(warmup / group) * pp * chunk_sum;
+  for (int i = warmup / group * group; i < warmup; ++i) kept += chunk_bytes[order[i].chunk];
+  double peak = kept;
+  const int steps = std::min(total - warmup, group);
+  for (int k = 0; k < steps; ++k) {
+    kept += chunk_bytes[order[warmup + 2 * k].chunk];      // forward k + w
+    peak = std::max(peak, kept);
+    kept -= chunk_bytes[order[warmup + 2 * k + 1].chunk];  // backward k
   }
   return peak;
 }

@@ -35,7 +35,11 @@ class StageOrder {
 // All of them, for tests and memory replays.
 std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches);
 // Most bytes of activations `stage` keeps at once under `order`: each forward of chunk c keeps
-// chunk_bytes[c] until its backward.
-double peak_in_flight_bytes(const std::vector<PipelineTask>& order, const double* chunk_bytes);
+// chunk_bytes[c] until its backward. Replays the whole order.
+double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes);
+// Same for the schedule of `stage`, without the replay: after the warm-up, forward k + w and
+// backward k alternate, and which chunks they touch repeats every P * V passes, so the peak is
+// reached within the first P * V steady steps. O(P * V).
+double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes);
 
 }  // namespace tedsim

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <string>
 
-#include "tedsim/model/memory.hpp"
 #include "tedsim/sim/pipeline_schedule.hpp"
 #include "tedsim/sim/simulator.hpp"
 #include "tedsim/sim/trace.hpp"
@@ -394,10 +393,23 @@ SimResult extrapolate(const SimResult& a, const SimResult& b, double n) {
   return r;
 }
 
+// Steady state: two more micro-batch groups add the same time to the iteration, to every phase
+// and to every stage.
 bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) {
-  const double d1 = b.iteration_s - a.iteration_s, d2 = c.iteration_s - b.iteration_s;
+  const double tolerance = 1e-10 * std::max(1e-12, std::fabs(c.iteration_s));
+  const auto linear = [&](double x, double y, double z) { return std::fabs((y - x) - (z - y)) <= tolerance; };
   if (a.critical_stage != b.critical_stage || b.critical_stage != c.critical_stage) return false;
-  return std::fabs(d1 - d2) <= 1e-9 * std::max(1e-12, std::fabs(c.iteration_s));
+  if (!linear(a.iteration_s, b.iteration_s, c.iteration_s)) return false;
+  if (b.grad_buckets - a.grad_buckets != c.grad_buckets - b.grad_buckets) return false;
+  for (int p = 0; p < kPhaseCount; ++p)
+    if (!linear(a.exposed[p], b.exposed[p], c.exposed[p]) || !linear(a.busy[p], b.busy[p], c.busy[p])) return false;
+  for (std::size_t s = 0; s < a.stages.size(); ++s) {
+    const StageTimes &x = a.stages[s], &y = b.stages[s], &z = c.stages[s];
+    if (!linear(x.bubble_s, y.bubble_s, z.bubble_s) || !linear(x.p2p_s, y.p2p_s, z.p2p_s) ||
+        !linear(x.end_s, y.end_s, z.end_s) || !linear(x.busy_s, y.busy_s, z.busy_s))
+      return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -409,7 +421,7 @@ SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const 
   const int total = w.shape.ga;
   // Micro-batches advance in groups of P under the interleaved schedule.
   const int group = map.vpp > 1 ? map.pp : 1;
-  int k = std::min(total, 2 * map.pp);
+  int k = std::min(total, map.pp > 1 ? map.pp : 2);
   while (!trace && k + 2 * group < total) {
     const SimResult a = timeline.run(k), b = timeline.run(k + group), c3 = timeline.run(k + 2 * group);
     if (same_increment(a, b, c3)) return extrapolate(a, b, double(total - k) / group);
