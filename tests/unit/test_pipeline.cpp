@@ -178,7 +178,8 @@ TEST(PipelineTimeline, ExtrapolationEqualsAFullSimulation) {
                         {64, 4, 2, 2, 8, 1, 256, 2, true, Recompute::selective},
                         {32, 8, 1, 1, 4, 2, 512, 3, false, Recompute::none},
                         {16, 2, 4, 1, 8, 1, 128, 0, false, Recompute::full},
-                        {8, 1, 1, 1, 8, 1, 64, 2, false, Recompute::full}};
+                        {8, 1, 1, 1, 8, 1, 64, 2, false, Recompute::full},
+                        {16, 1, 1, 2, 8, 1, 128, 1, false, Recompute::selective}};
   for (const Case& k : cases) {
     ParallelConfig c = test::config(k.gpus, k.tp, k.ep, k.b, k.batch);
     c.pp = k.pp;

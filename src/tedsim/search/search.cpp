@@ -51,7 +51,9 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                         // Chunks, ZeRO stage and optimizer tiling innermost: they leave the
                         // per-layer workload as it is, which the search reuses.
                         for (int v = 1; v <= (p > 1 ? space.max_vpp : 1); ++v) {
-                          if (p * v > m.layers || (v > 1 && ga % p != 0)) continue;
+                          // Interleaving as Megatron-Core runs it without a custom layout: the
+                          // layers divide into P x V chunks, the micro-batches into groups of P.
+                          if (p * v > m.layers || (v > 1 && (m.layers % (p * v) != 0 || ga % p != 0))) continue;
                         for (int zero : space.zero_stages) {
                           for (bool tiled : {true, false}) {
                             if (!tiled && !m.is_moe()) continue;

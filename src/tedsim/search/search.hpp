@@ -14,7 +14,7 @@ struct SearchSpace {
   int seq_len = 0;
   std::vector<int> zero_stages = {0, 1, 2, 3};  // ZeRO stages to consider
   int max_pp = 0;     // pipeline degrees up to this (0: every divisor of the devices)
-  int max_vpp = 8;    // model chunks per pipeline rank up to this
+  int max_vpp = 8;    // model chunks per pipeline rank up to this (V > 1 where P x V divides the layers)
   bool sequence_parallel = true;  // consider SP where t > 1
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };

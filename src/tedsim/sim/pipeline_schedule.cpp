@@ -60,20 +60,21 @@ double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes) 
 }
 
 double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes) {
-  const StageOrder order(stage, pp, vpp, microbatches);
   const int total = microbatches * vpp, warmup = warmup_forwards(stage, pp, vpp, microbatches);
   const int group = pp * vpp;
-  // Bytes of the first n forwards: whole periods hold every chunk P times.
+  // Forward k runs chunk (k mod PV) / P, backward k chunk V - 1 - (k mod PV) / P.
+  const auto forward_chunk = [&](int k) { return (k % group) / pp; };
+  // Bytes of the warm-up forwards: whole periods hold every chunk P times.
   double chunk_sum = 0;
   for (int v = 0; v < vpp; ++v) chunk_sum += chunk_bytes[v];
   double kept = double(warmup / group) * pp * chunk_sum;
-  for (int i = warmup / group * group; i < warmup; ++i) kept += chunk_bytes[order[i].chunk];
+  for (int i = warmup / group * group; i < warmup; ++i) kept += chunk_bytes[forward_chunk(i)];
   double peak = kept;
   const int steps = std::min(total - warmup, group);
   for (int k = 0; k < steps; ++k) {
-    kept += chunk_bytes[order[warmup + 2 * k].chunk];      // forward k + w
+    kept += chunk_bytes[forward_chunk(warmup + k)];
     peak = std::max(peak, kept);
-    kept -= chunk_bytes[order[warmup + 2 * k + 1].chunk];  // backward k
+    kept -= chunk_bytes[vpp - 1 - forward_chunk(k)];
   }
   return peak;
 }

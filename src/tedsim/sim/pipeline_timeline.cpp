@@ -104,18 +104,21 @@ class PipelineTimeline {
     std::size_t remaining = 0;
     for (int p = 0; p < P_; ++p) {
       orders_.emplace_back(p, P_, V_, microbatches);
+      stages_[std::size_t(p)].current = orders_.back()[0];
       remaining += std::size_t(orders_.back().size());
       if (trace_) trace_->name_stage(p, "stage " + std::to_string(p) + ": " + stage_text(p));
     }
     // Each sweep runs, stage by stage, every task whose input is there; a valid schedule always
-    // lets some stage advance.
-    while (remaining > 0) {
+    // lets some stage advance. Sweeps alternate direction: activations flow down the stages,
+    // gradients up, and each sweep carries one of them through.
+    for (bool down = true; remaining > 0; down = !down) {
       std::size_t ran = 0;
-      for (int p = 0; p < P_; ++p) {
+      for (int i = 0; i < P_; ++i) {
+        const int p = down ? i : P_ - 1 - i;
         StageState& st = stages_[std::size_t(p)];
         const StageOrder& order = orders_[std::size_t(p)];
-        while (st.next < order.size() && try_run(p, order[st.next])) {
-          ++st.next;
+        while (st.next < order.size() && try_run(p, st.current)) {
+          if (++st.next < order.size()) st.current = order[st.next];
           ++ran;
         }
       }
@@ -129,11 +132,12 @@ class PipelineTimeline {
  private:
   struct StageState {
     int next = 0;
+    PipelineTask current;  // order[next]
     double compute_free = 0, dp_free = 0, end = 0;
     double link_free[2] = {0, 0};  // sends downstream (activations) and upstream (gradients)
     double ne_pending = 0, ex_pending = 0;
     PhaseTimes exposed{}, busy{};
-    int grad_buckets = 0;
+    int grad_buckets = 0, p2p_sends = 0;
     StageTimes times;
   };
 
@@ -182,18 +186,16 @@ class PipelineTimeline {
       if (trace_ && in_flight > 0)
         trace_->add({"wait for p2p", "activation or gradient in flight", Phase::pp_p2p, Stream::compute, start - in_flight, in_flight, p});
     }
+    // Every pass runs once per micro-batch: finish_step adds their phase times in one go.
     const ChunkWork& cw = work_[std::size_t(p)].chunks[std::size_t(task.chunk)];
     const Span& span = task.backward ? cw.backward : cw.forward;
-    for (int i = 0; i < kPhaseCount; ++i) {
-      st.exposed[i] += span.phases[i];
-      st.busy[i] += span.phases[i];
-    }
-    st.busy[int(Phase::dp_grad_sync)] += task.backward ? cw.zero3_hidden_bwd : cw.zero3_hidden_fwd;
-    st.times.busy_s += span.seconds;
     if (trace_) trace_pass(p, task, cw, start);
     const double end = start + span.seconds;
     st.compute_free = end;
     finish_[self] = end;
+    // ZeRO-3's prefetched parameter gathers share the data-parallel stream with gradient sync.
+    const double gathers = task.backward ? cw.zero3_hidden_bwd : cw.zero3_hidden_fwd;
+    if (gathers > 0) st.dp_free = std::max(st.dp_free, start) + gathers;
     // Gradients: every micro-batch with ZeRO >= 2, else the chunk's last micro-batch only.
     if (task.backward && (c_.zero >= 2 || task.microbatch == mb_count_ - 1)) {
       for (const GradReady& g : cw.grads) add_grads(p, g.nonexpert, g.expert, start + g.offset, task.microbatch);
@@ -215,7 +217,7 @@ class PipelineTimeline {
     const double start = std::max(end, link);
     const double seconds = w_.p2p_seconds;
     link = start + seconds;
-    st.busy[int(Phase::pp_p2p)] += seconds;
+    st.p2p_sends += 1;
     const std::size_t consumer = key(task.microbatch, to_vstage, task.backward);
     transfer_start_[consumer] = start;
     transfer_end_[consumer] = start + seconds;
@@ -268,6 +270,16 @@ class PipelineTimeline {
   void finish_step() {
     for (int p = 0; p < P_; ++p) {
       StageState& st = stages_[std::size_t(p)];
+      for (const ChunkWork& cw : work_[std::size_t(p)].chunks) {
+        for (int i = 0; i < kPhaseCount; ++i) {
+          const double pass = mb_count_ * (cw.forward.phases[i] + cw.backward.phases[i]);
+          st.exposed[i] += pass;
+          st.busy[i] += pass;
+        }
+        st.busy[int(Phase::dp_grad_sync)] += mb_count_ * (cw.zero3_hidden_fwd + cw.zero3_hidden_bwd);
+        st.times.busy_s += mb_count_ * (cw.forward.seconds + cw.backward.seconds);
+      }
+      st.busy[int(Phase::pp_p2p)] += st.p2p_sends * w_.p2p_seconds;
       st.end = st.compute_free;
       // The optimizer needs every gradient: wait for the data-parallel stream.
       if (st.dp_free > st.end) {
@@ -419,13 +431,37 @@ SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const 
   const std::vector<StageWork> work = stage_work(m, w, map);
   PipelineTimeline timeline(m, c, w, map, work, trace);
   const int total = w.shape.ga;
+  if (!trace && map.pp == 1 && c.zero < 2 && total > 1) {
+    // One stage syncing only after its last micro-batch: the others run back to back before it,
+    // with nothing to wait for, so the timeline is one micro-batch's, shifted by theirs.
+    SimResult r = timeline.run(1);
+    const ChunkWork& cw = work[0].chunks[0];
+    const double before = double(total - 1);
+    r.iteration_s += before * (cw.forward.seconds + cw.backward.seconds);
+    for (int p = 0; p < kPhaseCount; ++p) {
+      r.exposed[p] += before * (cw.forward.phases[p] + cw.backward.phases[p]);
+      r.busy[p] += before * (cw.forward.phases[p] + cw.backward.phases[p]);
+    }
+    r.busy[int(Phase::dp_grad_sync)] += before * (cw.zero3_hidden_fwd + cw.zero3_hidden_bwd);
+    r.stages[0].busy_s += before * (cw.forward.seconds + cw.backward.seconds);
+    r.stages[0].end_s = r.iteration_s;
+    return r;
+  }
   // Micro-batches advance in groups of P under the interleaved schedule.
   const int group = map.vpp > 1 ? map.pp : 1;
-  int k = std::min(total, map.pp > 1 ? map.pp : 2);
-  while (!trace && k + 2 * group < total) {
-    const SimResult a = timeline.run(k), b = timeline.run(k + group), c3 = timeline.run(k + 2 * group);
-    if (same_increment(a, b, c3)) return extrapolate(a, b, double(total - k) / group);
-    k *= 2;  // not yet in steady state: look further out
+  // The warm-up fills the pipeline within P micro-batches: start looking there. Where the data-
+  // parallel stream sets the pace, the stages' idle times can repeat every other group: then two
+  // groups make the period.
+  for (int k = std::max(2, map.pp); !trace && k + 2 * group < total; k *= 2) {
+    for (const int period : {group, 2 * group}) {
+      const int first = k + (total - k) % period;  // the same residue as `total`
+      if (first + 2 * period >= total) break;
+      const SimResult a = timeline.run(first), b = timeline.run(first + period), c3 = timeline.run(first + 2 * period);
+      if (same_increment(a, b, c3)) return extrapolate(a, b, double(total - first) / period);
+      // Two groups only help where the iteration already grows evenly.
+      const double d1 = b.iteration_s - a.iteration_s, d2 = c3.iteration_s - b.iteration_s;
+      if (std::fabs(d1 - d2) > 1e-10 * c3.iteration_s) break;
+    }
   }
   return timeline.run(total);
 }
