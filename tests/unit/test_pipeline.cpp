@@ -349,7 +349,8 @@ namespace tedsim {
 namespace {
 
 TEST(PipelineSchedule, PeakInFlightWithoutReplayEqualsTheReplay) {
-  const double bytes[] = {3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0, 3.5};
+  const double uneven[] = {3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0, 3.5}, even[] = {2, 2, 2, 2, 2, 2, 2, 2};
+  for (const double* bytes : {uneven, even})
   for (int pp : {2, 3, 4, 8})
     for (int vpp : {1, 2, 3, 4, 8})
       for (int m : {pp, 2 * pp, 5 * pp, 16 * pp})

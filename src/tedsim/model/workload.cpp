@@ -223,9 +223,32 @@ double Workload::param_allgather_seconds(double nonexpert, double expert) const 
          (expert > 0 ? spans.expert_data.seconds(*profile, CollectiveOp::all_gather, expert * param_bytes) : 0.0);
 }
 
-Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profile& profile,
-                        const GroupSpans& spans) {
+void Block::clear() {
+  count = 0;
+  seconds = 0;
+  flops = 0;
+  phase_seconds = PhaseTimes{};
+}
+
+void LayerBlocks::clear() {
+  forward.clear();
+  recompute.clear();
+  backward.clear();
+  nonexpert_grad_elems = expert_grad_elems = zero3_hidden_s = 0;
+}
+
+Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profile& profile, const GroupSpans& spans) {
   Workload w;
+  build_workload_into(w, m, c, profile, spans);
+  return w;
+}
+
+void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& c, const Profile& profile,
+                         const GroupSpans& spans) {
+  // Every field is set below or cleared here: `w` may hold another configuration's workload.
+  for (LayerBlocks* l : {&w.dense, &w.moe}) l->clear();
+  for (Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward}) b->clear();
+  w.p2p_bytes = w.p2p_seconds = w.tied_embedding_sync_seconds = 0;
   w.profile = &profile;
   w.spans = spans;
   w.zero = c.zero;
@@ -310,7 +333,6 @@ Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profi
       (replicated_flops(w.moe.forward) + replicated_flops(w.moe.backward)) * (1.0 - 1.0 / double(s.t));
   w.model_flops_per_microbatch = dense_layers * pass_flops(w.dense, false) +
                                  moe_layers * (pass_flops(w.moe, false) - moe_duplicates) + head;
-  return w;
 }
 
 }  // namespace tedsim

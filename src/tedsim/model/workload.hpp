@@ -42,6 +42,7 @@ struct Block {
   double flops = 0;
   PhaseTimes phase_seconds{};
   void add(const Op& op);
+  void clear();  // empty, without touching the op storage
   int count_collectives(CollectiveOp op, GroupKind group) const;
   double collective_bytes(CollectiveOp op, GroupKind group) const;  // sum over ops
 };
@@ -55,6 +56,7 @@ struct LayerBlocks {
   // data-parallel stream while the previous layer computes (prefetch); the blocks carry what stays
   // exposed, this the part hidden behind compute (busy on the data-parallel stream).
   double zero3_hidden_s = 0;
+  void clear();
 };
 
 // Sizes of one micro-batch on one rank, resolved from model and configuration.
@@ -113,5 +115,8 @@ inline constexpr double kOptimizerTileElems = 16.0 * 1024 * 1024;
 
 Workload build_workload(const ModelSpec& model, const ParallelConfig& config, const Profile& profile,
                         const GroupSpans& spans);
+// Same, into `workload` (which may hold another configuration's): no 50 KB copy, for search.
+void build_workload_into(Workload& workload, const ModelSpec& model, const ParallelConfig& config,
+                         const Profile& profile, const GroupSpans& spans);
 
 }  // namespace tedsim

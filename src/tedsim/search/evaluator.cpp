@@ -18,6 +18,10 @@ const GroupSpans& Evaluator::spans_for(const ParallelConfig& c) const {
 
 Workload Evaluator::workload_for(const ParallelConfig& c) const { return build_workload(model_, c, profile_, spans_for(c)); }
 
+void Evaluator::build_workload_for(const ParallelConfig& c, Workload& w) const {
+  build_workload_into(w, model_, c, profile_, spans_for(c));
+}
+
 Prediction Evaluator::evaluate(const ParallelConfig& c, TraceRecorder* trace) const {
   return evaluate(c, workload_for(c), trace, false, 0.0);
 }

@@ -39,6 +39,7 @@ class Evaluator {
   // rates stay 0).
   Prediction evaluate_bounded(const ParallelConfig& config, const Workload& workload, double tokens_per_s_to_beat) const;
   Workload workload_for(const ParallelConfig& config) const;
+  void build_workload_for(const ParallelConfig& config, Workload& workload) const;
   const GroupSpans& spans_for(const ParallelConfig& config) const;
   const ModelSpec& model() const { return model_; }
   const TopologySpec& topology() const { return topology_; }

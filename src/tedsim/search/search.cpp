@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -123,12 +124,13 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
                    const std::function<void(long long)>& tick) {
   const Evaluator evaluator(shared.model(), shared.topology(), shared.profile());  // own group-span cache
   Share share;
-  Workload workload;
+  auto workload_holder = std::make_unique<Workload>();
+  Workload& workload = *workload_holder;
   const ParallelConfig* built = nullptr;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const ParallelConfig& c = configs[i];
     if (built == nullptr || !same_workload(*built, c)) {
-      workload = evaluator.workload_for(c);
+      evaluator.build_workload_for(c, workload);
       built = &c;
     }
     workload.zero = c.zero;

@@ -62,6 +62,10 @@ double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes) 
 double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes) {
   const int total = microbatches * vpp, warmup = warmup_forwards(stage, pp, vpp, microbatches);
   const int group = pp * vpp;
+  // Chunks of one size: the warm-up forwards and one more are the peak.
+  bool equal = true;
+  for (int v = 1; v < vpp; ++v) equal &= chunk_bytes[v] == chunk_bytes[0];
+  if (equal) return std::min(warmup + 1, total) * chunk_bytes[0];
   // Forward k runs chunk (k mod PV) / P, backward k chunk V - 1 - (k mod PV) / P.
   const auto forward_chunk = [&](int k) { return (k % group) / pp; };
   // Bytes of the warm-up forwards: whole periods hold every chunk P times.
