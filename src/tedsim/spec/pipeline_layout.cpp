@@ -165,8 +165,9 @@ std::string StageMap::describe() const {
       const ModelChunk& c = chunk(p, v);
       text += v ? ", " : " ";
       if (c.embedding) text += "E+";
-      text += c.layers ? "layers " + std::to_string(c.first_layer) + "-" + std::to_string(c.first_layer + c.layers - 1)
-                       : std::string("no layers");
+      text += c.layers == 0 ? std::string("no layers")
+              : c.layers == 1 ? "layer " + std::to_string(c.first_layer)
+                              : "layers " + std::to_string(c.first_layer) + "-" + std::to_string(c.first_layer + c.layers - 1);
       if (c.head) text += "+L";
     }
   }
