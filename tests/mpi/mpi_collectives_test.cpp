@@ -151,6 +151,10 @@ class CorruptingCommunicator final : public Communicator {
   }
   void barrier() override { in_.barrier(); }
   void wait() override { in_.wait(); }
+  std::uint64_t send(const void* b, std::size_t n, Dtype t, int peer) override { return in_.send(b, n, t, peer); }
+  bool send_done(std::uint64_t ticket) override { return in_.send_done(ticket); }
+  void recv(void* b, std::size_t n, Dtype t, int peer) override { in_.recv(b, n, t, peer); }
+  void wait_sends() override { in_.wait_sends(); }
   std::unique_ptr<Communicator> split(const std::vector<int>& m, const std::string& n) override {
     return in_.split(m, n);
   }

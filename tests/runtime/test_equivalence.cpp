@@ -73,10 +73,13 @@ struct EqCase {
   RankLayout layout;
   bool dtd, cac, checkpoint, expert_tp;
   int zero;
+  int pp = 1, vpp = 1;
 };
 
 std::string name_of(const EqCase& c) {
-  std::string n = "np" + std::to_string(c.ranks) + "_t" + std::to_string(c.tp) + "e" + std::to_string(c.ep);
+  std::string n = "np" + std::to_string(c.ranks);
+  if (c.pp > 1) n += "_p" + std::to_string(c.pp) + (c.vpp > 1 ? "v" + std::to_string(c.vpp) : "");
+  n += "_t" + std::to_string(c.tp) + "e" + std::to_string(c.ep);
   n += c.layout == RankLayout::ted ? "_ted" : "_dbe";
   n += c.dtd ? "_dtd" : "_nodtd";
   n += c.checkpoint ? (c.cac ? "_cac" : "_ckpt") : "_nockpt";
@@ -104,6 +107,8 @@ TEST_P(Equivalence, MatchesSingleRank) {
   c.recompute = k.checkpoint ? Recompute::full : Recompute::none;
   c.expert_tp = k.expert_tp;
   c.zero = k.zero;
+  c.pp = k.pp;
+  c.vpp = k.vpp;
   const TrainRun run = train(world, c);
   if (world.rank() != 0) return;  // the golden run lives on rank 0; losses and checksums are global
   ASSERT_EQ(run.losses.size(), gold.losses.size());
@@ -136,7 +141,14 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{4, 1, 2, kTed, false, false, true, true, 0}, EqCase{4, 2, 1, kTed, true, true, true, true, 1},
         EqCase{4, 2, 1, kDbe, false, false, false, false, 0},
         // 8 ranks (oversubscribed)
-        EqCase{8, 2, 2, kTed, true, true, true, true, 1}, EqCase{8, 2, 2, kDbe, false, false, false, false, 0}),
+        EqCase{8, 2, 2, kTed, true, true, true, true, 1}, EqCase{8, 2, 2, kDbe, false, false, false, false, 0},
+        // Pipeline stages: {..., pp, vpp}; 1F1B and interleaved, with and without recompute.
+        EqCase{2, 1, 1, kTed, false, false, false, true, 0, 2, 1}, EqCase{2, 1, 1, kTed, false, true, true, true, 1, 2, 1},
+        EqCase{4, 2, 1, kTed, true, true, true, true, 1, 2, 1}, EqCase{4, 2, 1, kTed, false, false, false, false, 0, 2, 1},
+        EqCase{4, 1, 2, kTed, false, false, false, true, 1, 2, 1}, EqCase{4, 1, 2, kDbe, false, true, true, true, 0, 2, 1},
+        EqCase{4, 1, 1, kTed, false, false, false, true, 0, 4, 1}, EqCase{4, 1, 1, kTed, false, true, true, true, 1, 4, 1},
+        EqCase{4, 1, 1, kTed, false, false, false, true, 1, 2, 2}, EqCase{4, 1, 1, kTed, false, true, true, true, 0, 2, 2},
+        EqCase{8, 2, 2, kTed, true, true, true, true, 1, 2, 1}, EqCase{8, 2, 2, kTed, false, false, false, true, 0, 2, 1}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include "test_helpers.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/model/memory.hpp"
-#include "tedsim/sim/pipeline_schedule.hpp"
+#include "tedsim/spec/pipeline_schedule.hpp"
 #include "tedsim/sim/simulator.hpp"
 #include "tedsim/sim/trace.hpp"
 

@@ -77,6 +77,15 @@ class Communicator {
   // Blocks until every collective issued on this communicator has completed.
   virtual void wait() = 0;
 
+  // Point-to-point between two ranks of this communicator (pipeline neighbours). `send` may return
+  // before the data has left: `buf` stays untouched until send_done(ticket) or wait_sends() says
+  // so. `recv` blocks until the data is there. Messages from one rank to another arrive in the
+  // order they were sent.
+  virtual std::uint64_t send(const void* buf, std::size_t count, Dtype dtype, int peer) = 0;
+  virtual bool send_done(std::uint64_t ticket) = 0;
+  virtual void recv(void* buf, std::size_t count, Dtype dtype, int peer) = 0;
+  virtual void wait_sends() = 0;
+
   // A sub-communicator of the ranks in `members` (ranks of this communicator, increasing order;
   // the new ranks follow it). Collective over this communicator: every rank calls it, each with
   // the member list of its own group, and the lists must partition the ranks.

@@ -142,6 +142,36 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, std::size_t count
 
 void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+std::uint64_t MpiCommunicator::send(const void* buf, std::size_t count, Dtype dtype, int peer) {
+  MPI_Request request;
+  check(MPI_Isend(buf, checked_count(count, "MPI_Isend"), mpi_datatype(dtype), peer, 0, comm_, &request), "MPI_Isend");
+  const std::uint64_t ticket = next_ticket_++;
+  sends_[ticket] = request;
+  return ticket;
+}
+
+bool MpiCommunicator::send_done(std::uint64_t ticket) {
+  auto it = sends_.find(ticket);
+  if (it == sends_.end()) return true;
+  int done = 0;
+  check(MPI_Test(&it->second, &done, MPI_STATUS_IGNORE), "MPI_Test (send)");
+  if (done) sends_.erase(it);
+  return done != 0;
+}
+
+void MpiCommunicator::recv(void* buf, std::size_t count, Dtype dtype, int peer) {
+  check(MPI_Recv(buf, checked_count(count, "MPI_Recv"), mpi_datatype(dtype), peer, 0, comm_, MPI_STATUS_IGNORE),
+        "MPI_Recv");
+}
+
+void MpiCommunicator::wait_sends() {
+  std::vector<MPI_Request> requests;
+  for (auto& [ticket, request] : sends_) requests.push_back(request);
+  sends_.clear();
+  if (!requests.empty())
+    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (sends)");
+}
+
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(const std::vector<int>& members,
                                                             const std::string& name) {
   // Checked locally before the collective call: a bad list is a programming error in the caller,

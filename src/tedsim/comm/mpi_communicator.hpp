@@ -4,6 +4,10 @@
 // rounded to 16 bits as NCCL does.
 #include <mpi.h>
 
+#include <cstdint>
+#include <map>
+#include <vector>
+
 #include "tedsim/comm/communicator.hpp"
 
 namespace tedsim {
@@ -31,6 +35,10 @@ class MpiCommunicator final : public Communicator {
   void all_to_all(const void* send, void* recv, std::size_t count_per_peer, Dtype dtype) override;
   void barrier() override;
   void wait() override {}  // MPI collectives here are blocking: nothing is left in flight
+  std::uint64_t send(const void* buf, std::size_t count, Dtype dtype, int peer) override;  // MPI_Isend
+  bool send_done(std::uint64_t ticket) override;                                           // MPI_Test
+  void recv(void* buf, std::size_t count, Dtype dtype, int peer) override;                 // MPI_Recv
+  void wait_sends() override;                                                              // MPI_Waitall
 
   std::unique_ptr<Communicator> split(const std::vector<int>& members,
                                       const std::string& name) override;
@@ -51,6 +59,8 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  std::map<std::uint64_t, MPI_Request> sends_;  // by ticket
+  std::uint64_t next_ticket_ = 1;
 };
 
 }  // namespace tedsim

@@ -202,6 +202,18 @@ void NcclCommunicator::wait() {
   check_cuda(cudaStreamSynchronize(impl_->stream), where(), "cudaStreamSynchronize");
 }
 
+std::uint64_t NcclCommunicator::send(const void*, std::size_t, Dtype, int peer) {
+  throw RunError(where() + ": pipeline send to rank " + std::to_string(peer) +
+                 ": point-to-point over NCCL is not built yet (pipeline stages run on the CPU backend)");
+}
+
+void NcclCommunicator::recv(void*, std::size_t, Dtype, int peer) {
+  throw RunError(where() + ": pipeline receive from rank " + std::to_string(peer) +
+                 ": point-to-point over NCCL is not built yet (pipeline stages run on the CPU backend)");
+}
+
+void NcclCommunicator::wait_sends() {}
+
 std::unique_ptr<Communicator> NcclCommunicator::split(const std::vector<int>& members,
                                                       const std::string& name) {
   return std::make_unique<NcclCommunicator>(impl_->mpi->split_mpi(members, name));

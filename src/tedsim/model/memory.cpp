@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tedsim/sim/pipeline_schedule.hpp"
+#include "tedsim/spec/pipeline_schedule.hpp"
 #include "tedsim/spec/topology_spec.hpp"
 
 namespace tedsim {

@@ -6,8 +6,9 @@
 namespace tedsim::runtime {
 
 const char* phase_key(int phase) {
-  static const char* const keys[kPhaseCount] = {"compute",     "tp_allreduce", "tp_allgather", "ep_alltoall",
-                                                "dp_grad_sync", "optimizer",    "other"};
+  static const char* const keys[kPhaseCount] = {"compute",      "tp_allreduce", "tp_allgather",
+                                                "ep_alltoall",  "dp_grad_sync", "optimizer",
+                                                "other",        "pp_bubble",    "pp_p2p"};
   return phase >= 0 && phase < kPhaseCount ? keys[phase] : "?";
 }
 
@@ -21,7 +22,7 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
       model(m),
       cfg(c),
       opt(o),
-      layout(w.size(), c.tp, c.ep, c.layout, c.expert_tp),
+      layout(w.size(), c.tp, c.ep, c.layout, c.expert_tp, c.pp),
       data(o.data_file.empty() ? TokenSource(m.vocab, o.seed, o.data_noise)
                                : TokenSource::from_file(o.data_file, m.vocab, c.seq_len > 0 ? c.seq_len : m.seq_len)) {
   if (cfg.gpus != world.size())
@@ -29,6 +30,19 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
                    std::to_string(world.size()));
   validate_config(cfg, model);
   groups = std::make_unique<TedGroups>(world, layout);
+  pipeline_stages = cfg.pp;
+  pipeline_chunks = cfg.vpp;
+  stage = world.rank() / layout.stage_world();
+  stage_map = build_stage_map(model.layers, cfg.pp, cfg.vpp, cfg.pipeline_layout);
+  // Splits are collective over the world: every rank makes both, the same way.
+  pipe = world.split(layout.group_members(GroupKind::pipeline, world.rank()), "pipeline");
+  {
+    const int inner = world.rank() % layout.stage_world();
+    const int last = inner + (pipeline_stages - 1) * layout.stage_world();
+    const bool end = first_stage() || last_stage();
+    tied = world.split(end && pipeline_stages > 1 ? std::vector<int>{inner, last} : std::vector<int>{world.rank()},
+                       "tied embedding");
+  }
   tp = &groups->tensor();
   ep = &groups->expert();
   dp = &groups->data();
@@ -88,7 +102,7 @@ void Trainer::Impl::setup_dims() {
 }
 
 int Trainer::Impl::add_param(const std::string& name, const std::string& kind, int id, bool expert, bool tp_replicated, Slice sl,
-                float mean, float stdv) {
+                float mean, float stdv, bool copy) {
   ParamInfo p;
   p.name = name;
   p.kind = kind;
@@ -98,6 +112,7 @@ int Trainer::Impl::add_param(const std::string& name, const std::string& kind, i
     p.primary = edp->rank() == 0;
   else
     p.primary = dp->rank() == 0 && (!tp_replicated || tp->rank() == 0);
+  if (copy) p.primary = false;  // a copy of a parameter another stage owns: counted there
   p.slice = std::move(sl);
   p.mean = mean;
   p.std = stdv;
@@ -122,15 +137,21 @@ void Trainer::Impl::register_params() {
   const float sd_out = sd / std::sqrt(2.0f * L);
   const float sd_gate = opt.gate_init_std > 0 ? opt.gate_init_std : sd;
   const float lnn = opt.ln_init_noise;
-  emb = add_param("embedding", "embedding", 1, false, false, make_slice(1, V, h, 0, 1, v0, v0 + V_l, {{0, h}}), 0, sd);
-  lm = model.tie_embeddings
-           ? emb
-           : add_param("lm_head", "lm_head", 2, false, false, make_slice(1, V, h, 0, 1, v0, v0 + V_l, {{0, h}}), 0, sd);
-  lnf_g = add_param("final_ln.gamma", "final_ln", 3, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
-  lnf_b = add_param("final_ln.beta", "final_ln", 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
+  // The first stage holds the embedding, the last the final norm and the LM head (with tied
+  // embeddings and P > 1, a copy of the embedding, initialized alike and kept equal).
+  const Slice vocab_rows = make_slice(1, V, h, 0, 1, v0, v0 + V_l, {{0, h}});
+  if (first_stage()) emb = add_param("embedding", "embedding", 1, false, false, vocab_rows, 0, sd);
+  if (last_stage()) {
+    if (!model.tie_embeddings) lm = add_param("lm_head", "lm_head", 2, false, false, vocab_rows, 0, sd);
+    else if (first_stage()) lm = emb;
+    else lm = add_param("embedding.copy", "embedding", 1, false, false, vocab_rows, 0, sd, true);
+    lnf_g = add_param("final_ln.gamma", "final_ln", 3, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
+    lnf_b = add_param("final_ln.beta", "final_ln", 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
+  }
   const int kvd = model.kv_dim();
   ids.resize(L);
   for (int l = 0; l < L; ++l) {
+    if (!holds_layer(l)) continue;
     LayerIds& li = ids[l];
     const int base = 100 * (l + 1);
     const std::string p = "layer" + std::to_string(l) + ".";
@@ -245,6 +266,7 @@ double Trainer::Impl::micro_batch(bool backward, double* ce_out, double* aux_out
 }
 
 std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool backward) {
+  if (pipeline_stages > 1) return run_pipeline(it, backward);
   std::array<double, 3> sums{0, 0, 0};
   routing_sig = 0;
   for (int j = 0; j < ga; ++j) {
@@ -263,6 +285,7 @@ StepStats Trainer::Impl::step() {
   const double t0 = clock();
   store.zero_grads();
   std::array<double, 3> sums = run_micro_batches(iter, true);
+  sync_tied_embedding();
   sync_and_update();
   const double t1 = clock();
   // Global loss: sum of the replicas' shares (TP ranks of a replica hold the same numbers), reduced
@@ -274,6 +297,15 @@ StepStats Trainer::Impl::step() {
     ops.fence();  // NCCL's stream is not ordered after the copy
     dp->all_reduce(dev, dev, 3, Dtype::fp32);
     dp->wait();
+    ops.to_host(dev, red3, 3);
+  }
+  // Stages hold parts of the loss: the last the cross-entropy, each its MoE layers' aux loss.
+  if (pipeline_stages > 1) {
+    float* dev = ensure(loss_sums, 3);
+    ops.from_host(red3, dev, 3);
+    ops.fence();
+    pipe->all_reduce(dev, dev, 3, Dtype::fp32);
+    pipe->wait();
     ops.to_host(dev, red3, 3);
   }
   StepStats st;

@@ -9,7 +9,12 @@
 //  - hand-written backward, activation checkpointing (recompute with collectives) and CAC (the
 //    recompute replays the collectives' outputs stashed in the first forward);
 //  - gradient accumulation, gradient sync over the data / expert-data groups (ZeRO-0 all-reduce,
-//    ZeRO-1/2 reduce-scatter + Adam on the owned shard + all-gather), Adam (tiled for experts).
+//    ZeRO-1/2 reduce-scatter + Adam on the owned shard + all-gather), Adam (tiled for experts);
+//  - pipeline stages (pipeline outermost in the rank order): each stage holds its chunks' layers
+//    (the first the embedding, the last the final norm, LM head and loss; tied embeddings keep a
+//    copy on the last stage whose gradient is all-reduced with the first's), runs the 1F1B or
+//    interleaved order of spec/pipeline_schedule.hpp (the cost model's), receives activations and
+//    gradients blocking and sends them without blocking (trainer_pipeline.cpp).
 // Every configuration initializes the same global model (params.hpp) and reads the same global
 // samples in the same micro-batch groups, so losses and checksums compare across configurations.
 //
@@ -28,8 +33,8 @@
 namespace tedsim::runtime {
 
 // The cost model's Phase keys, in its order (the runtime does not link the cost model).
-inline constexpr int kPhaseCount = 7;
-enum PhaseIndex { kCompute, kTpAllReduce, kTpAllGather, kEpAllToAll, kDpGradSync, kOptimizer, kOther };
+inline constexpr int kPhaseCount = 9;
+enum PhaseIndex { kCompute, kTpAllReduce, kTpAllGather, kEpAllToAll, kDpGradSync, kOptimizer, kOther, kPpBubble, kPpP2p };
 const char* phase_key(int phase);  // "compute", "tp_allreduce", ...
 using PhaseSeconds = std::array<double, kPhaseCount>;
 

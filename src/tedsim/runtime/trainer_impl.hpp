@@ -10,8 +10,11 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <deque>
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/core/error.hpp"
+#include "tedsim/spec/pipeline_layout.hpp"
+#include "tedsim/spec/pipeline_schedule.hpp"
 #include "tedsim/runtime/data.hpp"
 #include "tedsim/runtime/step_ops.hpp"
 #include "tedsim/runtime/trainer.hpp"
@@ -44,6 +47,23 @@ struct LayerActs {
   }
 };
 
+// What one micro-batch keeps on a pipeline stage between its forward and its backward passes.
+// The Trainer's own members of the same names hold the micro-batch being run (swap_in_flight).
+struct MicroBatchState {
+  std::vector<Tensor> inputs;
+  std::vector<LayerActs> acts;
+  std::vector<std::vector<Tensor>> stash;
+  std::vector<std::int32_t> tokens, targets;
+  Tensor gbuf;
+  double aux = 0;
+};
+
+// An activation or gradient on its way to a neighbour stage, kept until MPI is done with it.
+struct OutgoingMessage {
+  std::uint64_t ticket = 0;
+  Tensor data;
+};
+
 }  // namespace step_detail
 using namespace step_detail;
 
@@ -72,6 +92,13 @@ struct Trainer::Impl {
   int E = 0, El = 0, k = 1, C = 0, Cp = 0;
   bool swiglu = false, split = false, etp_split = false;
   int ga = 1, nmb_global = 1, replica = 0, d = 1;
+  // Pipeline: this rank's stage of `pipeline_stages`, each holding `pipeline_chunks` model chunks.
+  int pipeline_stages = 1, pipeline_chunks = 1, stage = 0;
+  StageMap stage_map;
+  std::unique_ptr<Communicator> pipe;   // the ranks of this rank's inner position, one per stage
+  std::unique_ptr<Communicator> tied;   // first and last stage, for a tied embedding's gradient
+  std::map<int, std::unique_ptr<MicroBatchState>> in_flight;  // by micro-batch
+  std::deque<OutgoingMessage> outgoing;
 
   int emb = -1, lm = -1, lnf_g = -1, lnf_b = -1;
   std::vector<LayerIds> ids;
@@ -133,7 +160,7 @@ struct Trainer::Impl {
 
   // ---------------------------------------------------------------- parameters
   int add_param(const std::string& name, const std::string& kind, int id, bool expert, bool tp_replicated, Slice sl,
-                float mean, float stdv);
+                float mean, float stdv, bool copy = false);
 
   static Slice make_slice(int A, int R, int Cc, int a0, int a1, int r0, int r1, std::vector<std::pair<int, int>> cols);
 
@@ -190,6 +217,21 @@ struct Trainer::Impl {
 
   // Sum over this rank's micro-batches of (loss / nmb_global), and the CE / aux parts.
   std::array<double, 3> run_micro_batches(std::int64_t it, bool backward);
+
+  // ---------------------------------------------------------------- pipeline (trainer_pipeline.cpp)
+  bool holds_layer(int l) const;
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage == pipeline_stages - 1; }
+  void swap_in_flight(MicroBatchState& s);
+  MicroBatchState& in_flight_state(std::int64_t it, int mb);
+  void chunk_forward(const ModelChunk& chunk, bool backward_follows);
+  void chunk_backward(const ModelChunk& chunk);
+  void send_to_stage(int to_stage, const float* data, std::size_t count);
+  void receive_from_stage(int from_stage, float* data, std::size_t count);
+  void release_sent();
+  // The pipeline's run_micro_batches: every pass of this stage in the schedule's order.
+  std::array<double, 3> run_pipeline(std::int64_t it, bool backward);
+  void sync_tied_embedding();
 
   // ---------------------------------------------------------------- gradient sync + Adam
   void sync_and_update();

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <string>
 
-#include "tedsim/sim/pipeline_schedule.hpp"
+#include "tedsim/spec/pipeline_schedule.hpp"
 #include "tedsim/sim/simulator.hpp"
 #include "tedsim/sim/trace.hpp"
 

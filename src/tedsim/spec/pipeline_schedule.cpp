@@ -1,4 +1,4 @@
-#include "tedsim/sim/pipeline_schedule.hpp"
+#include "tedsim/spec/pipeline_schedule.hpp"
 
 #include <algorithm>
 

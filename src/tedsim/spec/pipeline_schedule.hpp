@@ -1,5 +1,6 @@
 #pragma once
-// The order in which each pipeline stage runs its forward and backward passes, after Megatron-Core's
+// The order in which each pipeline stage runs its forward and backward passes, shared by the
+// timeline (sim/) and the training step (runtime/) so the two can never disagree; after Megatron-Core's
 // pipeline_parallel/schedules.py. A schedule only orders; the timeline (pipeline_timeline.hpp)
 // turns the orders and the dependencies between stages into times, so the bubble is what the
 // dependencies leave idle, never a formula.
