@@ -79,7 +79,7 @@ mkdir -p "$(dirname "$out")"
 python3 - "$tmp" "$out" "$profile" "$iters" "$warmup" "$configs" "$root" <<'PY'
 import glob, json, os, sys, datetime, platform
 tmp, out, profile, iters, warmup, configs, root = sys.argv[1:8]
-phases = ["compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync", "optimizer", "other"]
+phases = ["compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync", "optimizer", "other", "pp_bubble", "pp_p2p"]
 tolerance = 0.15
 def ms(x): return f"{1e3 * x:.2f}"
 def err(p, m):
