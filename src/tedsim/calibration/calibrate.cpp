@@ -303,14 +303,14 @@ int run_calibration(const CalibrationOptions& o) {
   // ---- collectives over the real TED groups (all groups of a kind at once) --------------------
   std::vector<CollectiveResult> results;
   std::unique_ptr<TedGroups> groups;
-  std::tuple<int, int, int, bool> groups_key{-1, -1, -1, false};
+  std::tuple<int, int, int, int, bool> groups_key{-1, -1, -1, -1, false};
   for (const CollectiveCaseSpec& c : sweep.collectives) {
     if (stopped) break;
     if (index++ < done) continue;
-    const std::tuple<int, int, int, bool> key{c.t, c.e, int(c.layout), c.expert_tp};
+    const std::tuple<int, int, int, int, bool> key{c.p, c.t, c.e, int(c.layout), c.expert_tp};
     if (!groups || key != groups_key) {
       groups.reset();
-      groups = std::make_unique<TedGroups>(*world, TedLayout(world->size(), c.t, c.e, c.layout, c.expert_tp));
+      groups = std::make_unique<TedGroups>(*world, TedLayout(world->size(), c.t, c.e, c.layout, c.expert_tp, c.p));
       groups_key = key;
     }
     CollectiveCase cc;

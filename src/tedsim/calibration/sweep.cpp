@@ -95,7 +95,7 @@ std::string Sweep::digest() const {
     mix(k.bytes);
   }
   for (const CollectiveCaseSpec& c : collectives) {
-    for (double v : {double(int(c.op)), double(int(c.kind)), double(c.t), double(c.e), double(int(c.layout)),
+    for (double v : {double(int(c.op)), double(int(c.kind)), double(c.p), double(c.t), double(c.e), double(int(c.layout)),
                      double(c.expert_tp), double(c.span.ranks), double(c.span.nodes), double(c.span.max_ranks_per_node),
                      double(c.span.groups_per_node), double(c.span.crosses_islands), double(c.count)})
       mix(v);
@@ -140,12 +140,13 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   space.seq_len = o.seq_len;
   const std::vector<ParallelConfig> configs = enumerate_configs(model, space);
   RecordingProfile rec;
-  std::set<std::tuple<int, int, int, bool, bool, int>> seen;  // configurations with the same shapes
+  std::set<std::tuple<int, int, int, bool, bool, int, bool>> seen;  // configurations with the same shapes
   for (ParallelConfig c : configs) {
     if (c.micro_batch > (o.quick ? 1 : 4)) continue;
-    if (!seen.insert({c.tp, c.ep, c.micro_batch, c.dtd, c.expert_tp, int(c.layout)}).second) continue;
+    // Pipeline degree and recompute change no shape; sequence parallelism changes the router's.
+    if (!seen.insert({c.tp, c.ep, c.micro_batch, c.dtd, c.expert_tp, int(c.layout), c.sequence_parallel}).second) continue;
     c.zero = 1;
-    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp);
+    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
     const Workload w = build_workload(model, c, rec, compute_group_spans(layout, topology));
     (void)w;
     ++sweep.configs;
@@ -197,12 +198,13 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   world_space.global_batch = 8 * o.world;
   world_space.seq_len = o.seq_len;
   world_space.zero_stages = {1};
-  std::set<std::tuple<int, int, int, bool>> layouts;
+  std::set<std::tuple<int, int, int, int, bool>> layouts;
   std::set<std::tuple<int, int, int, int, int, bool>> measured;  // (op, span)
   const std::vector<std::int64_t> counts = sweep_counts(sweep.min_bytes, sweep.max_bytes, sweep.step_factor, o.dtype);
   for (const ParallelConfig& c : enumerate_configs(model, world_space)) {
-    if (!layouts.insert({c.tp, c.ep, int(c.layout), c.expert_tp}).second) continue;
-    const TedLayout layout(o.world, c.tp, c.ep, c.layout, c.expert_tp);
+    // Pipeline stages hold their own (smaller) data and expert-data groups.
+    if (!layouts.insert({c.pp, c.tp, c.ep, int(c.layout), c.expert_tp}).second) continue;
+    const TedLayout layout(o.world, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
     const GroupSpans spans = compute_group_spans(layout, placed);
     const std::pair<GroupKind, std::vector<CollectiveOp>> kinds[] = {
         {GroupKind::tensor, {CollectiveOp::all_reduce, CollectiveOp::all_gather}},
@@ -225,6 +227,7 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
           cs.kind = kind;
           cs.t = c.tp;
           cs.e = c.ep;
+          cs.p = c.pp;
           cs.layout = c.layout;
           cs.expert_tp = c.expert_tp;
           cs.span = span;
@@ -237,8 +240,8 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   // Group by layout so each layout's communicators are split once.
   std::stable_sort(sweep.collectives.begin(), sweep.collectives.end(),
                    [](const CollectiveCaseSpec& a, const CollectiveCaseSpec& b) {
-                     return std::make_tuple(a.t, a.e, int(a.layout), a.expert_tp) <
-                            std::make_tuple(b.t, b.e, int(b.layout), b.expert_tp);
+                     return std::make_tuple(a.p, a.t, a.e, int(a.layout), a.expert_tp) <
+                            std::make_tuple(b.p, b.t, b.e, int(b.layout), b.expert_tp);
                    });
   return sweep;
 }

@@ -42,7 +42,7 @@ struct KernelCase {
 struct CollectiveCaseSpec {
   CollectiveOp op = CollectiveOp::all_reduce;
   GroupKind kind = GroupKind::tensor;
-  int t = 1, e = 1;             // TED layout that forms groups of this shape
+  int t = 1, e = 1, p = 1;      // TED layout (with p pipeline stages) that forms groups of this shape
   RankLayout layout = RankLayout::ted;
   bool expert_tp = true;
   GroupSpan span;               // the widest group of the kind under that layout
