@@ -125,8 +125,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (c.pp > 1 && backend == Backend::cuda)
     throw InputError("--pp " + std::to_string(c.pp) + ": validate runs pipeline stages on the CPU backend only yet (NCCL point-to-point is not built)");
   if (c.sequence_parallel) throw InputError("--sequence-parallel: validate cannot run sequence parallelism yet (simulate and search model it)");
-  if (c.recompute == Recompute::selective)
-    throw InputError("--recompute selective: validate cannot run selective recompute yet (simulate and search model it)");
+  if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
+    throw InputError("--recompute-modules " + recompute_modules_text(c.recompute_modules) +
+                     ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");
   for (int p = 0; p < runtime::kPhaseCount; ++p)
     if (std::strcmp(runtime::phase_key(p), to_string(Phase(p))) != 0)
       throw RunError("validate: runtime phase " + std::string(runtime::phase_key(p)) + " does not match cost-model phase " +

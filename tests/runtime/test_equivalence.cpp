@@ -74,6 +74,7 @@ struct EqCase {
   bool dtd, cac, checkpoint, expert_tp;
   int zero;
   int pp = 1, vpp = 1;
+  bool selective = false;  // selective recompute of the attention core (with checkpoint false)
 };
 
 std::string name_of(const EqCase& c) {
@@ -82,7 +83,7 @@ std::string name_of(const EqCase& c) {
   n += "_t" + std::to_string(c.tp) + "e" + std::to_string(c.ep);
   n += c.layout == RankLayout::ted ? "_ted" : "_dbe";
   n += c.dtd ? "_dtd" : "_nodtd";
-  n += c.checkpoint ? (c.cac ? "_cac" : "_ckpt") : "_nockpt";
+  n += c.checkpoint ? (c.cac ? "_cac" : "_ckpt") : c.selective ? "_sel" : "_nockpt";
   n += c.expert_tp ? "_etp" : "_noetp";
   n += "_zero" + std::to_string(c.zero);
   return n;
@@ -104,7 +105,7 @@ TEST_P(Equivalence, MatchesSingleRank) {
   c.layout = k.layout;
   c.dtd = k.dtd;
   c.cac = k.cac;
-  c.recompute = k.checkpoint ? Recompute::full : Recompute::none;
+  c.recompute = k.checkpoint ? Recompute::full : k.selective ? Recompute::selective : Recompute::none;
   c.expert_tp = k.expert_tp;
   c.zero = k.zero;
   c.pp = k.pp;
@@ -148,7 +149,12 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{4, 1, 2, kTed, false, false, false, true, 1, 2, 1}, EqCase{4, 1, 2, kDbe, false, true, true, true, 0, 2, 1},
         EqCase{4, 1, 1, kTed, false, false, false, true, 0, 4, 1}, EqCase{4, 1, 1, kTed, false, true, true, true, 1, 4, 1},
         EqCase{4, 1, 1, kTed, false, false, false, true, 1, 2, 2}, EqCase{4, 1, 1, kTed, false, true, true, true, 0, 2, 2},
-        EqCase{8, 2, 2, kTed, true, true, true, true, 1, 2, 1}, EqCase{8, 2, 2, kTed, false, false, false, true, 0, 2, 1}),
+        EqCase{8, 2, 2, kTed, true, true, true, true, 1, 2, 1}, EqCase{8, 2, 2, kTed, false, false, false, true, 0, 2, 1},
+        // Selective recompute of the attention core: {..., pp, vpp, selective}.
+        EqCase{1, 1, 1, kTed, false, false, false, true, 0, 1, 1, true},
+        EqCase{2, 2, 1, kTed, true, false, false, true, 1, 1, 1, true},
+        EqCase{4, 1, 1, kTed, false, false, false, true, 1, 2, 2, true},
+        EqCase{4, 2, 2, kTed, true, false, false, true, 0, 1, 1, true}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });
 
 }  // namespace

@@ -7,7 +7,8 @@
 //    the expert group, [DTD all-gather], local experts (expert TP: fc1 columns / fc2 rows over t and
 //    an all-reduce; without expert TP: whole experts on C/t tokens per TP rank), the mirror back;
 //  - hand-written backward, activation checkpointing (recompute with collectives) and CAC (the
-//    recompute replays the collectives' outputs stashed in the first forward);
+//    recompute replays the collectives' outputs stashed in the first forward); selective recompute
+//    of the attention core (the softmax is recomputed from q, k, v in backward);
 //  - gradient accumulation, gradient sync over the data / expert-data groups (ZeRO-0 all-reduce,
 //    ZeRO-1/2 reduce-scatter + Adam on the owned shard + all-gather), Adam (tiled for experts);
 //  - pipeline stages (pipeline outermost in the rank order): each stage holds its chunks' layers

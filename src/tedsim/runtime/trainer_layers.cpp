@@ -55,6 +55,8 @@ void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* ou
   ops.attention_forward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(),
                              ensure(A.probs, static_cast<std::size_t>(b) * a_l * s * s), ensure(A.ctxh, hs));
   ops.heads_to_tokens(head_shape(), A.ctxh.data(), ensure(A.ctx, static_cast<std::size_t>(T) * q_l));
+  // Selective recompute of the attention core keeps q, k, v and recomputes the softmax in backward.
+  if (cfg.recomputes(kRecomputeCoreAttn)) release(A.probs);
   float* x1 = ensure(A.x1, Th);
   mm(T, h, q_l, A.ctx.data(), P(li.out), x1);
   tp_allreduce(x1, Th);
@@ -161,7 +163,11 @@ void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g
   float* gctxh = ensure(gmoe, 4 * hs);
   ops.tokens_to_heads(head_shape(), gctx, gctxh);
   float *gq = gctxh + hs, *gk = gctxh + 2 * hs, *gv = gctxh + 3 * hs;
+  if (cfg.recomputes(kRecomputeCoreAttn))
+    ops.attention_forward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(),
+                          ensure(A.probs, static_cast<std::size_t>(b) * a_l * s * s), A.ctxh.data());
   ops.attention_backward(b * a_l, s, hd, A.q.data(), A.kx.data(), A.vx.data(), A.probs.data(), gctxh, gq, gk, gv);
+  if (cfg.recomputes(kRecomputeCoreAttn)) release(A.probs);
   float* gqkv = ensure(gw, static_cast<std::size_t>(T) * qkv_l);
   ops.merge_heads_grad(head_shape(), gq, gk, gv, gqkv);
   mm_at_acc(h, qkv_l, T, A.xn1.data(), gqkv, G(li.qkv));
