@@ -56,6 +56,9 @@ int run_search_command(const SearchOptions& o) {
   if (o.threads < 0) throw InputError("--threads: expected a positive count (0: every core), got " + std::to_string(o.threads));
   if (o.max_pp < 0) throw InputError("--max-pp: expected a positive degree (0: every divisor), got " + std::to_string(o.max_pp));
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  // Divisibility, not memory, empties a space: say which rule, and the batches that would work.
+  const std::string why = explain_no_valid_configuration(in.model, space);
+  if (!why.empty()) throw InputError(why);
   const SearchResult r = run_search(
       evaluator, space, o.top,
       [](long long done, long long total) {
@@ -67,8 +70,10 @@ int run_search_command(const SearchOptions& o) {
   print_profile_warnings(out, *in.profile);
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
-  if (r.feasible == 0)
-    out << "no configuration fits in device memory: try more devices, a smaller global batch or fewer experts\n";
+  if (r.feasible == 0 && r.smallest_peak > 0)
+    out << "no configuration fits in device memory: the smallest peak is " << fixed(r.smallest_peak / kGiB, 2)
+        << " GiB against " << fixed(r.capacity / kGiB, 2)
+        << " GiB usable; try more devices, a smaller global batch or fewer experts\n";
   if (!o.csv.empty()) write_file_atomically(o.csv, table.csv());
   if (!o.in.json.empty()) write_json_with_inputs(o.in.json, search_json(r, in.model), in);
   return 0;

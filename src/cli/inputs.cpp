@@ -1,6 +1,7 @@
 #include "inputs.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <utility>
 
@@ -22,7 +23,12 @@ void add_input_options(CLI::App& app, InputOptions& o) {
   app.add_option("--dtype", o.dtype, "override the training dtype (fp32, fp16, bf16)");
   app.add_option("--gpus", o.gpus, "devices in the cluster (need not fill whole nodes)")->capture_default_str();
   app.add_option("--global-batch", o.global_batch, "sequences per iteration")->capture_default_str();
-  app.add_option("--seq", o.seq_len, "sequence length (default: the model's)");
+  app.add_option("--seq", o.seq_len, "sequence length (default: the model's)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return std::atoll(v.c_str()) > 0 ? std::string() : "expected a positive sequence length, got " + v;
+          },
+          "POSITIVE"));
   app.add_option("--profile", o.profile, "measured profile (JSON written by tedsim calibrate); default: analytic");
   app.add_option("--json", o.json, "write JSON to FILE, or - for stdout (tables then go to stderr)");
 }
@@ -153,6 +159,12 @@ Inputs load_inputs(const InputOptions& o) {
   if (o.gpus <= 0) throw InputError("--gpus: expected a positive device count, got " + std::to_string(o.gpus));
   if (o.global_batch <= 0) throw InputError("--global-batch: expected a positive count, got " + std::to_string(o.global_batch));
   if (o.seq_len < 0) throw InputError("--seq: expected a positive length, got " + std::to_string(o.seq_len));
+  // Every configuration needs the data degree to divide the batch: d <= B, and t <= heads, P <= layers.
+  const double usable = double(o.global_batch) * in.model.heads * in.model.layers;
+  if (double(o.gpus) > usable)
+    throw InputError("--gpus " + std::to_string(o.gpus) + ": more devices than any configuration of '" + in.model.name +
+                     "' can use with global batch " + std::to_string(o.global_batch) +
+                     " (at most global batch x heads x layers = " + fixed(usable, 0) + ")");
   if (in.topology.device.peak_tflops_of(in.model.dtype) <= 0)
     throw InputError(in.topology_file + ": device " + in.topology.device.name + " has no " + to_string(in.model.dtype) +
                      " peak, which model '" + in.model.name + "' trains in (use --dtype with one of the device's dtypes)");

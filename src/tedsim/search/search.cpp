@@ -11,10 +11,14 @@ namespace tedsim {
 namespace {
 
 std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int i = 1; i <= n; ++i)
-    if (n % i == 0) out.push_back(i);
-  return out;
+  std::vector<int> low, high;
+  for (int i = 1; i <= n / i; ++i) {
+    if (n % i != 0) continue;
+    low.push_back(i);
+    if (i != n / i) high.push_back(n / i);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 }  // namespace
@@ -93,6 +97,55 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
   return configs;
 }
 
+std::string explain_no_valid_configuration(const ModelSpec& m, const SearchSpace& space) {
+  if (!enumerate_configs(m, space).empty()) return {};
+  const int G = space.gpus, B = space.global_batch;
+  auto s = [](long long x) { return std::to_string(x); };
+  // The first broken rule of each candidate (P, t, e), with micro-batch 1.
+  std::vector<std::pair<std::string, long long>> removed;
+  auto count = [&](const std::string& rule) {
+    for (auto& r : removed)
+      if (r.first == rule) return void(++r.second);
+    removed.push_back({rule, 1});
+  };
+  long long candidates = 0;
+  long long below = 0, above = 0;  // the nearest global batches a structurally valid (P, t, e) takes
+  const std::vector<int> expert_degrees = m.is_moe() ? divisors(m.moe.experts) : std::vector<int>{1};
+  for (int p : divisors(G)) {
+    for (int t : divisors(G / p)) {
+      for (int e : expert_degrees) {
+        ++candidates;
+        const int S = G / p;
+        if (p > m.layers) { count("more pipeline stages than layers (" + s(m.layers) + ")"); continue; }
+        if (m.heads % t || m.kv_heads % t || m.hidden % t || m.ffn % t || m.vocab % t) {
+          count("tp does not divide heads (" + s(m.heads) + "), kv_heads, hidden, ffn or vocab");
+          continue;
+        }
+        if (S % (t * e) != 0) { count("tp x ep does not divide the devices of a stage"); continue; }
+        const long long d = S / t;
+        if (B % d != 0) {
+          count("the global batch is not a multiple of the data degree");
+          const long long lo = B / d * d, hi = lo + d;
+          if (lo > 0 && lo > below) below = lo;
+          if (above == 0 || hi < above) above = hi;
+          continue;
+        }
+        count("another rule (chunks, recompute or ZeRO options)");
+      }
+    }
+  }
+  std::string text = "no valid configuration of '" + m.name + "' on " + s(G) + " devices with global batch " + s(B) +
+                     ": of " + s(candidates) + " (pp, tp, ep) candidates,";
+  for (std::size_t i = 0; i < removed.size(); ++i)
+    text += (i ? ";" : "") + std::string(" ") + s(removed[i].second) + " break: " + removed[i].first;
+  if (below > 0 || above > 0) {
+    text += ". Global batches that work on " + s(G) + " devices:";
+    if (below > 0) text += " " + s(below);
+    if (above > 0) text += (below > 0 ? " or " : " ") + s(above);
+  }
+  return text;
+}
+
 namespace {
 
 // Everything but the chunk count, the optimizer tiling and ZeRO 0-2 shapes the per-layer workload.
@@ -118,6 +171,7 @@ bool better(const Ranked& a, const Ranked& b) {
 struct Share {
   std::vector<Ranked> best;  // sorted, at most `keep`
   long long evaluated = 0, feasible = 0;
+  double smallest_peak = 0, capacity = 0;
 };
 
 Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& configs, std::size_t keep,
@@ -139,6 +193,8 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
     const double worst_kept = share.best.size() < keep ? 0.0 : share.best.back().tokens_per_s;
     const Prediction p = evaluator.evaluate_bounded(c, workload, worst_kept);
     ++share.evaluated;
+    if (share.smallest_peak == 0 || p.memory.peak < share.smallest_peak) share.smallest_peak = p.memory.peak;
+    share.capacity = p.memory.capacity;
     if (p.fits()) {
       ++share.feasible;
       const Ranked r{p.tokens_per_s, i};
@@ -197,6 +253,9 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
   for (const Share& s : shares) {
     result.evaluated += s.evaluated;
     result.feasible += s.feasible;
+    if (s.evaluated > 0 && (result.smallest_peak == 0 || s.smallest_peak < result.smallest_peak))
+      result.smallest_peak = s.smallest_peak;
+    if (s.evaluated > 0) result.capacity = s.capacity;
     best.insert(best.end(), s.best.begin(), s.best.end());
   }
   std::sort(best.begin(), best.end(), better);

@@ -2,6 +2,7 @@
 // Enumerates every valid configuration for G devices, prunes those that do not fit, ranks the rest
 // by throughput. Deterministic: ties keep enumeration order.
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "tedsim/search/evaluator.hpp"
@@ -23,8 +24,15 @@ struct SearchResult {
   long long evaluated = 0;
   long long feasible = 0;
   double seconds = 0;
+  double smallest_peak = 0;     // bytes: the lowest memory peak of any configuration (0: none)
+  double capacity = 0;          // bytes of usable device memory
   std::vector<Prediction> top;  // best first
 };
+
+// Why `space` holds no valid configuration for `model`: how many candidate (P, t, e) the first
+// broken rule of each removed, and the global batches near the asked one that would work. Empty if
+// some configuration is valid.
+std::string explain_no_valid_configuration(const ModelSpec& model, const SearchSpace& space);
 
 // Every valid configuration in enumeration order (what search ranks).
 std::vector<ParallelConfig> enumerate_configs(const ModelSpec& model, const SearchSpace& space);
