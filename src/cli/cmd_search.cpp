@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "inputs.hpp"
+#include "progress_bar.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/core/atomic_file.hpp"
 #include "tedsim/core/error.hpp"
@@ -59,12 +60,12 @@ int run_search_command(const SearchOptions& o) {
   // Divisibility, not memory, empties a space: say which rule, and the batches that would work.
   const std::string why = explain_no_valid_configuration(in.model, space);
   if (!why.empty()) throw InputError(why);
-  const SearchResult r = run_search(
-      evaluator, space, o.top,
-      [](long long done, long long total) {
-        std::cerr << "search: " << done << " / " << total << " configurations evaluated\r" << std::flush;
-      },
-      threads);
+  SearchResult r;
+  {
+    ProgressBar bar("search");
+    r = run_search(
+        evaluator, space, o.top, [&bar](long long done, long long total) { bar.update(done, total); }, threads);
+  }
   const TextTable table = ranking_table(r);
   table.print(out);
   print_profile_warnings(out, *in.profile);

@@ -90,7 +90,7 @@ void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
     flag("sequence_parallel", "--sequence-parallel", "--no-sequence-parallel", o.knobs.sequence_parallel);
   o.knobs.cac_given = true;  // a config file states cac, dtd and checkpoint
   o.knobs.dtd_given = true;
-  o.knobs.checkpoint_given = given(cmd, "--checkpoint");
+  o.knobs.checkpoint_given = switch_given(*cmd, "checkpoint");
   y.reject_unknown_keys();
 }
 
@@ -231,7 +231,10 @@ void register_validate(CLI::App& app, Action& action) {
   o->in.global_batch = 8;
   CLI::App* cmd = app.add_subcommand(
       "validate", "run the real training step for one configuration under MPI and compare it with the prediction");
-  add_input_options(*cmd, o->in);  // --gpus defaults to the MPI world size here
+  add_input_options(*cmd, o->in);
+  CLI::Option* gpus = cmd->get_option("--gpus");
+  gpus->default_str("the MPI world size");
+  gpus->description("devices, one MPI rank each");
   cmd->add_option("--config", o->config, "validation config YAML (model, topology, gpus, tp, ep, micro_batch, ...)");
   add_config_options(*cmd, o->knobs);
   cmd->add_option("--backend", o->backend,

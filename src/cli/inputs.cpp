@@ -33,6 +33,23 @@ void add_input_options(CLI::App& app, InputOptions& o) {
   app.add_option("--json", o.json, "write JSON to FILE, or - for stdout (tables then go to stderr)");
 }
 
+void add_switch(CLI::App& app, const std::string& name, bool& value, const std::string& what, const std::string& note) {
+  // Two flags, so that --help shows the real default (CLI11's "--x,!--no-x" shows "{false}").
+  CLI::Option* on = app.add_flag_callback("--" + name, [&value] { value = true; },
+                                          what + " (default: " + (value ? "on" : "off") + note + ")");
+  app.add_flag_callback(
+      "--no-" + name,
+      [&value, on, name] {
+        if (on->count() > 0) throw CLI::ValidationError("--no-" + name, "contradicts --" + name + ", given too");
+        value = false;
+      },
+      "turn --" + name + " off");
+}
+
+bool switch_given(const CLI::App& app, const std::string& name) {
+  return app.count("--" + name) > 0 || app.count("--no-" + name) > 0;
+}
+
 void add_config_options(CLI::App& app, ConfigOptions& o) {
   app.add_option("--pp", o.pp, "pipeline degree P (stages; pipeline outermost in the rank order)")->capture_default_str();
   app.add_option("--vpp", o.vpp, "model chunks per pipeline rank V (1: 1F1B, > 1: interleaved 1F1B)")->capture_default_str();
@@ -42,18 +59,16 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   app.add_option("--ep", o.ep, "expert degree e (ignored for dense models)")->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "sequences per data-parallel replica per micro-batch")->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage 0, 1, 2 or 3")->capture_default_str();
-  app.add_flag("--dtd,!--no-dtd", o.dtd, "duplicate token dropping around the expert all-to-alls (default on)");
-  app.add_flag("--cac,!--no-cac", o.cac, "communication-aware checkpointing (default on)");
-  app.add_flag("--checkpoint,!--no-checkpoint", o.checkpoint,
-               "activation checkpointing: aliases of --recompute full / none (default on)");
-  app.add_option("--recompute", o.recompute, "none, selective or full (default: full, or as --checkpoint says)");
+  add_switch(app, "dtd", o.dtd, "duplicate token dropping around the expert all-to-alls", "; off with --sequence-parallel unless given");
+  add_switch(app, "cac", o.cac, "communication-aware checkpointing", "; off without full recompute unless given");
+  add_switch(app, "checkpoint", o.checkpoint, "activation checkpointing: aliases of --recompute full / none");
+  app.add_option("--recompute", o.recompute, "none, selective or full (default: as --checkpoint says)");
   app.add_option("--recompute-modules", o.recompute_modules,
                  "with --recompute selective: core_attn, layernorm, mlp, moe_act, moe, shared_experts")
       ->capture_default_str();
-  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel,
-               "sequence parallelism with tensor parallelism (default off)");
-  app.add_flag("--expert-tp,!--no-expert-tp", o.expert_tp, "split experts over the tensor group (default on)");
-  app.add_flag("--tiled-optimizer,!--no-tiled-optimizer", o.tiled, "tile the expert optimizer step (default on)");
+  add_switch(app, "sequence-parallel", o.sequence_parallel, "sequence parallelism with tensor parallelism");
+  add_switch(app, "expert-tp", o.expert_tp, "split experts over the tensor group");
+  add_switch(app, "tiled-optimizer", o.tiled, "tile the expert optimizer step");
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
 }
 
@@ -63,9 +78,9 @@ void note_defaulted_degrees(const CLI::App& app, ConfigOptions& o) {
   for (const auto& [flag, value] : degrees) {
     if (app.count(flag) == 0) o.defaulted.push_back(std::string(flag) + " " + std::to_string(value));
   }
-  o.cac_given = app.count("--cac") > 0;
-  o.dtd_given = app.count("--dtd") > 0;
-  o.checkpoint_given = app.count("--checkpoint") > 0;
+  o.cac_given = switch_given(app, "cac");
+  o.dtd_given = switch_given(app, "dtd");
+  o.checkpoint_given = switch_given(app, "checkpoint");
 }
 
 namespace {

@@ -51,6 +51,10 @@ struct ConfigOptions {
 };
 
 void add_input_options(CLI::App& app, InputOptions& options);
+// --NAME and --no-NAME setting `value`; the help names the default `value` holds now (+ `note`).
+void add_switch(CLI::App& app, const std::string& name, bool& value, const std::string& what,
+                const std::string& note = "");
+bool switch_given(const CLI::App& app, const std::string& name);  // --NAME or --no-NAME
 void add_config_options(CLI::App& app, ConfigOptions& options);
 // After parsing: records which of --tp, --ep, --micro-batch, --zero kept their defaults, and which
 // of the flags whose defaults follow other choices were given.

@@ -106,3 +106,85 @@ TEST(Cli, HelpWorksEverywhere) {
 }
 
 }  // namespace
+
+namespace {
+
+// The default a --help line states for `flag`: "--tp INT=2" gives "2"; "--dtd ... (default: on" gives "on".
+std::string help_default(const std::string& help, const std::string& flag) {
+  std::size_t at = 0;
+  while ((at = help.find("  " + flag, at)) != std::string::npos) {
+    const std::size_t after = at + 2 + flag.size();
+    if (after < help.size() && (help[after] == ' ' || help[after] == '\n')) break;
+    at = after;
+  }
+  if (at == std::string::npos) return "";
+  const std::size_t end = help.find("\n  -", at + 1);
+  const std::string entry = help.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  const std::size_t eq = entry.find('=');
+  const std::size_t def = entry.find("(default: ");
+  if (def != std::string::npos && (eq == std::string::npos || def < eq)) {
+    const std::size_t from = def + 10;
+    return entry.substr(from, entry.find_first_of(";)", from) - from);
+  }
+  if (eq == std::string::npos) return "";
+  const std::size_t stop = entry.find_first_of(" \n", eq);
+  return entry.substr(eq + 1, stop - eq - 1);
+}
+
+std::string json_text(const nlohmann::json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "on" : "off";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+}  // namespace
+
+TEST(Cli, SimulateHelpStatesTheDefaultsItRuns) {
+  const CommandRun help = run_tedsim("simulate --help");
+  ASSERT_EQ(help.code, 0);
+  const CommandRun bare = run_tedsim("simulate --json -");
+  ASSERT_EQ(bare.code, 0);
+  const nlohmann::json j = nlohmann::json::parse(bare.out);
+  const nlohmann::json& c = j["config"];
+  const std::pair<const char*, const char*> flags[] = {
+      {"--gpus", "gpus"}, {"--global-batch", "global_batch"}, {"--pp", "pp"}, {"--vpp", "vpp"}, {"--tp", "tp"},
+      {"--ep", "ep"}, {"--micro-batch", "micro_batch"}, {"--zero", "zero"}, {"--dtd", "dtd"}, {"--cac", "cac"},
+      {"--checkpoint", "checkpoint"}, {"--sequence-parallel", "sequence_parallel"}, {"--expert-tp", "expert_tp"},
+      {"--tiled-optimizer", "tiled_optimizer"}, {"--layout", "layout"}};
+  for (const auto& [flag, key] : flags) {
+    ASSERT_TRUE(c.contains(key)) << key;
+    EXPECT_EQ(help_default(help.out, flag), json_text(c[key])) << flag;
+  }
+  EXPECT_EQ(help_default(help.out, "--model"), j["model"].get<std::string>());
+  EXPECT_EQ(help_default(help.out, "--topology"), j["topology"].get<std::string>());
+}
+
+TEST(Cli, SearchAndValidateHelpStateTheirDefaults) {
+  const CommandRun help = run_tedsim("search --help");
+  ASSERT_EQ(help.code, 0);
+  const CommandRun bare = run_tedsim("search --json -");
+  ASSERT_EQ(bare.code, 0);
+  const nlohmann::json j = nlohmann::json::parse(bare.out);
+  EXPECT_EQ(help_default(help.out, "--top"), std::to_string(j["results"].size()));
+  EXPECT_EQ(help_default(help.out, "--gpus"), j["results"][0]["config"]["gpus"].dump());
+  EXPECT_EQ(help_default(help.out, "--global-batch"), j["results"][0]["config"]["global_batch"].dump());
+  EXPECT_EQ(help_default(help.out, "--model"), j["model"].get<std::string>());
+  // validate takes its device count from mpirun, and says so.
+  const CommandRun v = run_tedsim("validate --help");
+  ASSERT_EQ(v.code, 0);
+  EXPECT_EQ(help_default(v.out, "--gpus"), "the");  // "--gpus INT=the MPI world size"
+  EXPECT_NE(v.out.find("--gpus INT=the MPI world size"), std::string::npos);
+  EXPECT_EQ(help_default(v.out, "--dtd"), "on");
+  EXPECT_EQ(v.out.find("{false}"), std::string::npos);
+}
+
+TEST(Cli, SearchThreadsGiveTheSameRanking) {
+  const std::string args = "search --model tiny-moe --topology local-cpu --gpus 8 --global-batch 32 --top 20 --json - --threads ";
+  const CommandRun one = run_tedsim(args + "1"), two = run_tedsim(args + "2");
+  ASSERT_EQ(one.code, 0);
+  ASSERT_EQ(two.code, 0);
+  nlohmann::json a = nlohmann::json::parse(one.out), b = nlohmann::json::parse(two.out);
+  a.erase("seconds");
+  b.erase("seconds");
+  EXPECT_EQ(a.dump(), b.dump());  // byte-identical but for the time it took
+}

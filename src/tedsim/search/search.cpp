@@ -203,7 +203,7 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
         if (share.best.size() > keep) share.best.pop_back();
       }
     }
-    if (tick && share.evaluated % 65536 == 0) tick(65536);
+    if (tick && share.evaluated % 8192 == 0) tick(8192);
   }
   return share;
 }
