@@ -21,7 +21,9 @@ struct SearchOptions {
   int top = 10;
   int threads = 0;  // 0: every core
   int max_pp = 0;
+  int emit_rank = 1;
   std::string csv;
+  std::vector<std::string> emit;
 };
 
 TextTable ranking_table(const SearchResult& r) {
@@ -45,6 +47,9 @@ TextTable ranking_table(const SearchResult& r) {
 
 int run_search_command(const SearchOptions& o) {
   if (o.top <= 0) throw InputError("--top: expected a positive count, got " + std::to_string(o.top));
+  if (!o.emit.empty() && o.emit[0] != "megatron" && o.emit[0] != "deepspeed")
+    throw InputError("--emit: expected megatron or deepspeed, got '" + o.emit[0] + "'");
+  if (o.emit_rank <= 0) throw InputError("--rank: expected a positive rank, got " + std::to_string(o.emit_rank));
   Inputs in = load_inputs(o.in);
   std::ostream& out = human_stream(o.in);
   print_startup_table(out, in, o.in);
@@ -75,6 +80,12 @@ int run_search_command(const SearchOptions& o) {
     out << "no configuration fits in device memory: the smallest peak is " << fixed(r.smallest_peak / kGiB, 2)
         << " GiB against " << fixed(r.capacity / kGiB, 2)
         << " GiB usable; try more devices, a smaller global batch or fewer experts\n";
+  if (!o.emit.empty()) {
+    if (o.emit_rank > int(r.top.size()))
+      throw InputError("--rank " + std::to_string(o.emit_rank) + ": the search ranked only " + std::to_string(r.top.size()) +
+                       " configurations (raise --top)");
+    write_launch_files(o.emit, in, r.top[std::size_t(o.emit_rank - 1)], out);
+  }
   if (!o.csv.empty()) write_file_atomically(o.csv, table.csv());
   if (!o.in.json.empty()) write_json_with_inputs(o.in.json, search_json(r, in.model), in);
   return 0;
@@ -90,6 +101,8 @@ void register_search(CLI::App& app, Action& action) {
   cmd->add_option("--csv", o->csv, "write the ranking table as CSV");
   cmd->add_option("--threads", o->threads, "threads sharing the search (default: every core; same result for any count)");
   cmd->add_option("--max-pp", o->max_pp, "largest pipeline degree to consider (default: every divisor of --gpus)");
+  add_emit_option(*cmd, o->emit);
+  cmd->add_option("--rank", o->emit_rank, "with --emit: the plan of this rank of the table")->capture_default_str();
   cmd->callback([o, &action] { action = [o] { return run_search_command(*o); }; });
 }
 

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "tedsim/core/error.hpp"
 #include "inputs.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "prediction_tables.hpp"
@@ -25,9 +26,16 @@ struct SimulateOptions {
   InputOptions in;
   ConfigOptions knobs = default_knobs();
   std::string trace;
+  std::vector<std::string> emit;
 };
 
+void check_emit_kind(const std::vector<std::string>& emit) {
+  if (!emit.empty() && emit[0] != "megatron" && emit[0] != "deepspeed")
+    throw InputError("--emit: expected megatron or deepspeed, got '" + emit[0] + "'");
+}
+
 int run_simulate(const SimulateOptions& o) {
+  check_emit_kind(o.emit);
   Inputs in = load_inputs(o.in);
   std::ostream& out = human_stream(o.in);
   print_startup_table(out, in, o.in);
@@ -41,6 +49,7 @@ int run_simulate(const SimulateOptions& o) {
     trace.write_chrome_trace(o.trace, in.model.name + " " + c.describe());
     out << "trace: " << o.trace << " (" << trace.events().size() << " events; open in ui.perfetto.dev or chrome://tracing)\n";
   }
+  write_launch_files(o.emit, in, p, out);
   if (!o.in.json.empty()) write_json_with_inputs(o.in.json, prediction_json(p, in.model), in);
   return 0;
 }
@@ -53,6 +62,7 @@ void register_simulate(CLI::App& app, Action& action) {
   add_input_options(*cmd, o->in);
   add_config_options(*cmd, o->knobs);
   cmd->add_option("--trace", o->trace, "write the simulated timeline as a Chrome/Perfetto trace");
+  add_emit_option(*cmd, o->emit);
   cmd->callback([o, cmd, &action] {
     note_defaulted_degrees(*cmd, o->knobs);
     action = [o] { return run_simulate(*o); };

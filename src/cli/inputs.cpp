@@ -9,6 +9,8 @@
 #include "tedsim/core/units.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
 #include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/core/atomic_file.hpp"
+#include "tedsim/report/launch_export.hpp"
 #include "tedsim/report/prediction_json.hpp"
 #include "tedsim/report/text_table.hpp"
 #include "tedsim/search/search.hpp"
@@ -152,6 +154,28 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
     throw InputError(text + "; " + valid_degrees(model, c));
   }
   return c;
+}
+
+void add_emit_option(CLI::App& app, std::vector<std::string>& emit) {
+  app.add_option("--emit", emit,
+                 "megatron FILE: Megatron-LM arguments of the plan; deepspeed FILE: its ds_config.json in FILE and "
+                 "the Megatron-DeepSpeed arguments in FILE.args.sh")
+      ->expected(2)
+      ->type_name("KIND FILE");
+}
+
+void write_launch_files(const std::vector<std::string>& emit, const Inputs& in, const Prediction& plan, std::ostream& out) {
+  if (emit.empty()) return;
+  const std::string& kind = emit[0];
+  const std::string& file = emit[1];
+  if (kind == "megatron") {
+    write_file_atomically(file, megatron_launch(in.model, in.topology, plan));
+    out << "emitted Megatron-LM arguments: " << file << "\n";
+  } else if (kind == "deepspeed") {
+    write_file_atomically(file, deepspeed_config(in.model, plan));
+    write_file_atomically(file + ".args.sh", megatron_deepspeed_launch(in.model, in.topology, plan, file));
+    out << "emitted DeepSpeed config: " << file << ", Megatron-DeepSpeed arguments: " << file << ".args.sh\n";
+  }
 }
 
 void write_json_with_inputs(const std::string& path, nlohmann::json doc, const Inputs& in) {

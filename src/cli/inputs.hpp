@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tedsim/profile/profile.hpp"
+#include "tedsim/search/evaluator.hpp"
 #include "tedsim/spec/model_spec.hpp"
 #include "tedsim/spec/parallel_config.hpp"
 #include "tedsim/spec/topology_spec.hpp"
@@ -67,6 +68,11 @@ Inputs load_inputs(const InputOptions& options);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);
+// --emit megatron|deepspeed FILE: the launch files of `plan` (megatron: FILE, Megatron-LM's
+// arguments; deepspeed: FILE the ds_config.json and FILE.args.sh Megatron-DeepSpeed's arguments).
+void add_emit_option(CLI::App& app, std::vector<std::string>& emit);
+void write_launch_files(const std::vector<std::string>& emit, const Inputs& inputs, const Prediction& plan,
+                        std::ostream& out);
 // Writes `doc` (to a file, or stdout for "-") with the model, topology and profile it came from.
 void write_json_with_inputs(const std::string& path, nlohmann::json doc, const Inputs& inputs);
 

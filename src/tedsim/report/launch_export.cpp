@@ -1,0 +1,186 @@
+#include "tedsim/report/launch_export.hpp"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tedsim/report/text_table.hpp"
+
+namespace tedsim {
+namespace {
+
+// One flag per line inside a bash array, with its value and an optional comment.
+class ArgList {
+ public:
+  explicit ArgList(std::string name) : name_(std::move(name)) {}
+  void flag(const std::string& f, const std::string& value = "", const std::string& why = "") {
+    text_ += "  " + f + (value.empty() ? "" : " " + value) + (why.empty() ? "" : "  # " + why) + "\n";
+  }
+  void comment(const std::string& c) { text_ += "  # " + c + "\n"; }
+  std::string str() const { return name_ + "=(\n" + text_ + ")\n"; }
+
+ private:
+  std::string name_, text_;
+};
+
+std::string n(long long v) { return std::to_string(v); }
+
+std::string header(const ModelSpec& m, const TopologySpec& t, const Prediction& p, const std::string& target) {
+  const ParallelConfig& c = p.config;
+  std::string h = "# tedsim plan: " + m.name + " on " + n(c.gpus) + " x " + t.device.name + " (" + t.name + "), " +
+                  c.describe() + "\n";
+  h += "# predicted " + fixed(p.sim.iteration_s, 3) + " s per iteration, " + fixed(p.tokens_per_s, 0) +
+       " tokens/s, peak " + fixed(p.memory.peak / kGiB, 2) + " GiB of " + fixed(p.memory.capacity / kGiB, 2) +
+       " GiB on the largest stage\n";
+  h += "# " + target + "\n";
+  return h;
+}
+
+// TED's MoE layers are the odd ones (layer i when i % every == every - 1): Megatron's pattern list.
+std::string moe_layer_pattern(const ModelSpec& m) {
+  const int every = m.moe.every;
+  if (every == 1) return "1";
+  if (m.layers % every == 0) return "\"([0]*" + n(every - 1) + "+[1])*" + n(m.layers / every) + "\"";
+  std::string list = "\"[";
+  for (int l = 0; l < m.layers; ++l) list += (l ? "," : "") + std::string(m.is_moe_layer(l) ? "1" : "0");
+  return list + "]\"";
+}
+
+std::string precision_flag(const ModelSpec& m) {
+  return m.dtype == Dtype::bf16 ? "--bf16" : m.dtype == Dtype::fp16 ? "--fp16" : "";
+}
+
+void model_shape(ArgList& a, const ModelSpec& m, int seq, bool megatron_core) {
+  a.flag("--num-layers", n(m.layers));
+  a.flag("--hidden-size", n(m.hidden));
+  a.flag("--num-attention-heads", n(m.heads));
+  if (m.kv_heads != m.heads) {
+    if (megatron_core) {
+      a.flag("--group-query-attention");
+      a.flag("--num-query-groups", n(m.kv_heads));
+    } else {
+      a.flag("--num-key-value-heads", n(m.kv_heads));
+    }
+  }
+  a.flag("--ffn-hidden-size", n(m.ffn));
+  if (m.activation == Activation::swiglu) a.flag("--swiglu");
+  if (!m.tie_embeddings) a.flag("--untie-embeddings-and-output-weights");
+  a.flag("--seq-length", n(seq));
+  a.flag("--max-position-embeddings", n(seq));
+  a.comment("vocabulary: your tokenizer's (tedsim planned with " + n(m.vocab) + ")");
+}
+
+}  // namespace
+
+std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const Prediction& p) {
+  const ParallelConfig& c = p.config;
+  const int seq = c.seq_len > 0 ? c.seq_len : m.seq_len;
+  ArgList a("MEGATRON_ARGS");
+  model_shape(a, m, seq, true);
+  a.flag("--tensor-model-parallel-size", n(c.tp));
+  a.flag("--pipeline-model-parallel-size", n(c.pp));
+  if (c.vpp > 1) a.flag("--num-virtual-stages-per-pipeline-rank", n(c.vpp));
+  if (!c.pipeline_layout.empty()) a.flag("--pipeline-model-parallel-layout", "\"" + c.pipeline_layout + "\"");
+  if (c.sequence_parallel) a.flag("--sequence-parallel");
+  a.flag("--micro-batch-size", n(c.micro_batch));
+  a.flag("--global-batch-size", n(c.global_batch));
+  if (c.recompute == Recompute::full) {
+    a.flag("--recompute-granularity", "full");
+    a.flag("--recompute-method", "uniform");
+    a.flag("--recompute-num-layers", "1", "every layer keeps its input only");
+  } else if (c.recompute == Recompute::selective) {
+    a.flag("--recompute-granularity", "selective");
+    std::string modules = recompute_modules_text(c.recompute_modules);
+    for (char& ch : modules)
+      if (ch == ',') ch = ' ';
+    a.flag("--recompute-modules", modules);
+  }
+  if (c.zero == 1 || c.zero == 2)
+    a.flag("--use-distributed-optimizer", "", "shards optimizer state, reduce-scatters gradients (ZeRO " + n(c.zero) + ")");
+  if (c.zero == 3) {
+    a.flag("--use-megatron-fsdp", "", "ZeRO-3: parameters sharded too");
+    a.flag("--data-parallel-sharding-strategy", "optim_grads_params");
+  }
+  const std::string precision = precision_flag(m);
+  if (!precision.empty()) a.flag(precision);
+  if (m.is_moe()) {
+    a.flag("--num-experts", n(m.moe.experts));
+    a.flag("--moe-layer-freq", moe_layer_pattern(m),
+           m.moe.every == 1 ? "every layer is MoE" : "TED's MoE layers: one in " + n(m.moe.every) + ", from layer " + n(m.moe.every - 1));
+    a.flag("--moe-router-topk", n(m.moe.top_k));
+    a.flag("--expert-model-parallel-size", n(c.ep));
+    a.flag("--expert-tensor-parallel-size", n(c.expert_tp ? c.tp : 1));
+    a.flag("--moe-token-dispatcher-type", "alltoall");
+    a.flag("--moe-grouped-gemm");
+    a.flag("--moe-router-load-balancing-type", "aux_loss");
+    a.flag("--moe-expert-capacity-factor", fixed(m.moe.capacity_factor, 2));
+    a.flag("--moe-pad-expert-input-to-capacity");
+    a.flag("--moe-token-drop-policy", "position", "drops by token order, as TED's capacity does");
+  }
+  std::string out = header(m, topo, p, "Megatron-LM pretrain_gpt.py arguments (names of Megatron-LM d98e8a6, megatron/training/arguments.py)");
+  out += a.str();
+  out += "# tedsim options without a Megatron-LM counterpart:\n";
+  if (m.is_moe() && c.cac) out += "#   communication-aware checkpointing (CAC): Megatron's full recompute replays the collectives too\n";
+  if (m.is_moe() && c.dtd && c.tp > 1 && !c.sequence_parallel)
+    out += "#   duplicate token dropping (DTD): Megatron-Core splits tokens before the router only with --sequence-parallel\n";
+  if (m.is_moe() && c.layout == RankLayout::data_before_expert)
+    out += "#   the data-before-expert rank layout: Megatron orders ranks tp-ep-dp-pp (tedsim's 'ted' layout)\n";
+  if (m.is_moe() && !c.tiled_optimizer) out += "#   the untiled expert optimizer step (Megatron's optimizer has no such switch)\n";
+  if (m.moe.min_capacity > 0 && m.is_moe()) out += "#   a minimum capacity of " + n(m.moe.min_capacity) + " tokens per expert\n";
+  return out;
+}
+
+std::string deepspeed_config(const ModelSpec& m, const Prediction& p) {
+  const ParallelConfig& c = p.config;
+  nlohmann::json j = {{"train_batch_size", c.global_batch},
+                      {"train_micro_batch_size_per_gpu", c.micro_batch},
+                      {"gradient_accumulation_steps", c.grad_accum()},
+                      {"zero_optimization", {{"stage", c.zero}}}};
+  if (m.dtype == Dtype::bf16) j["bf16"] = {{"enabled", true}};
+  if (m.dtype == Dtype::fp16) j["fp16"] = {{"enabled", true}};
+  return j.dump(2) + "\n";
+}
+
+std::string megatron_deepspeed_launch(const ModelSpec& m, const TopologySpec& topo, const Prediction& p,
+                                      const std::string& ds_config_path) {
+  const ParallelConfig& c = p.config;
+  const int seq = c.seq_len > 0 ? c.seq_len : m.seq_len;
+  ArgList a("MEGATRON_DEEPSPEED_ARGS");
+  model_shape(a, m, seq, false);
+  a.flag("--tensor-model-parallel-size", n(c.tp));
+  if (c.pp > 1) {
+    a.flag("--pipeline-model-parallel-size", n(c.pp));
+    if (c.vpp > 1) a.flag("--num-layers-per-virtual-pipeline-stage", n(m.layers / (c.pp * c.vpp)));
+  } else {
+    a.flag("--no-pipeline-parallel");
+  }
+  a.flag("--micro-batch-size", n(c.micro_batch));
+  a.flag("--global-batch-size", n(c.global_batch));
+  if (c.recompute == Recompute::full) a.flag("--checkpoint-activations");
+  if (c.recompute == Recompute::selective) a.flag("--recompute-granularity", "selective");
+  const std::string precision = precision_flag(m);
+  if (!precision.empty()) a.flag(precision);
+  if (m.is_moe()) {
+    a.flag("--num-experts", n(m.moe.experts));
+    a.flag("--expert-interval", n(m.moe.every));
+    a.flag("--topk", n(m.moe.top_k));
+    a.flag("--moe-expert-parallel-size", n(c.ep));
+    a.flag("--moe-train-capacity-factor", fixed(m.moe.capacity_factor, 2));
+    a.flag("--moe-min-capacity", n(m.moe.min_capacity));
+    if (c.expert_tp && c.tp > 1) a.flag("--enable-expert-tensor-parallelism");
+  }
+  a.flag("--deepspeed");
+  a.flag("--deepspeed_config", ds_config_path);
+  std::string out = header(m, topo, p, "Megatron-DeepSpeed pretrain_gpt.py arguments (names of Megatron-DeepSpeed f4157be, megatron/arguments.py; DeepSpeed edaa722)");
+  out += a.str();
+  out += "# tedsim options without a Megatron-DeepSpeed counterpart:\n";
+  if (c.sequence_parallel) out += "#   Megatron-style sequence parallelism (Megatron-DeepSpeed's --ds-sequence-parallel-size is Ulysses, not this)\n";
+  if (c.pp > 1 && c.zero >= 2) out += "#   ZeRO " + n(c.zero) + " with pipeline stages: DeepSpeed's pipeline engine runs ZeRO 0-1 only\n";
+  if (m.is_moe() && c.dtd && c.tp > 1) out += "#   duplicate token dropping (DTD): in DeepSpeed-TED's fork of DeepSpeed, not in this release\n";
+  if (m.is_moe() && c.cac) out += "#   communication-aware checkpointing (CAC): in DeepSpeed-TED's fork, not in this release\n";
+  if (m.is_moe() && c.layout == RankLayout::data_before_expert) out += "#   the data-before-expert rank layout\n";
+  if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
+    out += "#   selective recompute of modules other than the attention core\n";
+  return out;
+}
+
+}  // namespace tedsim
