@@ -1,5 +1,7 @@
 // tedsim search: rank every valid configuration.
+#include <cmath>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <memory>
 
@@ -22,19 +24,36 @@ struct SearchOptions {
   int threads = 0;  // 0: every core
   int max_pp = 0;
   int emit_rank = 1;
+  bool all = false;
   std::string csv;
   std::vector<std::string> emit;
 };
 
-TextTable ranking_table(const SearchResult& r) {
+// Whether two ranked plans predict the same: their differing knobs have no effect on this problem.
+bool same_prediction(const Prediction& a, const Prediction& b) {
+  return std::fabs(a.sim.iteration_s - b.sim.iteration_s) <= 1e-9 * a.sim.iteration_s &&
+         std::fabs(a.memory.peak - b.memory.peak) <= 1e-6 * a.memory.peak;
+}
+
+// The ranking; with `fold`, a plan predicting exactly what the row above it does is folded into a
+// note (`notes`) instead of a row of its own.
+TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::string>* notes) {
   TextTable table({"rank", "p", "v", "t", "e", "d", "d_e", "b", "ga", "sp", "recomp", "dtd", "cac", "zero", "etp",
                    "tiled", "layout", "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
-  int rank = 1;
   auto yn = [](bool b) { return std::string(b ? "on" : "off"); };
-  for (const Prediction& p : r.top) {
+  std::size_t shown = 0;
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const Prediction& p = r.top[i];
     const ParallelConfig& c = p.config;
+    if (fold && i > 0 && same_prediction(r.top[shown], p)) {
+      if (notes)
+        notes->push_back("rank " + std::to_string(i + 1) + " (" + c.describe() + ") predicts exactly what rank " +
+                         std::to_string(shown + 1) + " does");
+      continue;
+    }
+    shown = i;
     const std::string recompute = c.recompute == Recompute::full ? "full" : c.recompute == Recompute::none ? "none" : "sel";
-    table.add_row({std::to_string(rank++), std::to_string(c.pp), std::to_string(c.vpp), std::to_string(c.tp),
+    table.add_row({std::to_string(i + 1), std::to_string(c.pp), std::to_string(c.vpp), std::to_string(c.tp),
                    std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
                    std::to_string(c.micro_batch), std::to_string(c.grad_accum()), yn(c.sequence_parallel), recompute,
                    yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp),
@@ -43,6 +62,31 @@ TextTable ranking_table(const SearchResult& r) {
                    fixed(p.memory.peak / kGiB, 2)});
   }
   return table;
+}
+
+// For each choice the best plan turns on: what the best plan without it costs.
+void print_why_this_plan(std::ostream& out, const SearchResult& r) {
+  if (r.top.empty()) return;
+  const Prediction& best = r.top.front();
+  out << "why this plan (" << best.config.describe() << ", " << human_seconds(best.sim.iteration_s)
+      << " per iteration):\n";
+  bool any = false;
+  for (int k = 0; k < kKnobCount; ++k) {
+    if (!knob_on(best.config, Knob(k))) continue;
+    any = true;
+    const std::optional<Prediction>& w = r.without[std::size_t(k)];
+    out << "  " << knob_name(Knob(k)) << ": ";
+    if (!w) {
+      out << "without it no configuration fits in memory\n";
+      continue;
+    }
+    const double dt = w->sim.iteration_s - best.sim.iteration_s;
+    out << (dt >= 0 ? "saves " : "costs ") << human_seconds(std::fabs(dt)) << " per iteration ("
+        << fixed(100 * std::fabs(dt) / w->sim.iteration_s, 1) << "%); the best plan without it: " << w->config.describe()
+        << ", " << human_seconds(w->sim.iteration_s) << ", peak " << fixed(w->memory.peak / kGiB, 2) << " GiB (this plan "
+        << fixed(best.memory.peak / kGiB, 2) << ")\n";
+  }
+  if (!any) out << "  it turns on none of the options; each would make it slower or not fit\n";
 }
 
 int run_search_command(const SearchOptions& o) {
@@ -71,11 +115,14 @@ int run_search_command(const SearchOptions& o) {
     r = run_search(
         evaluator, space, o.top, [&bar](long long done, long long total) { bar.update(done, total); }, threads);
   }
-  const TextTable table = ranking_table(r);
+  std::vector<std::string> folded;
+  const TextTable table = ranking_table(r, !o.all, &folded);
   table.print(out);
+  for (const std::string& note : folded) out << "  " << note << " (--all shows it)\n";
   print_profile_warnings(out, *in.profile);
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
+  print_why_this_plan(out, r);
   if (r.feasible == 0 && r.smallest_peak > 0)
     out << "no configuration fits in device memory: the smallest peak is " << fixed(r.smallest_peak / kGiB, 2)
         << " GiB against " << fixed(r.capacity / kGiB, 2)
@@ -86,7 +133,7 @@ int run_search_command(const SearchOptions& o) {
                        " configurations (raise --top)");
     write_launch_files(o.emit, in, r.top[std::size_t(o.emit_rank - 1)], out);
   }
-  if (!o.csv.empty()) write_file_atomically(o.csv, table.csv());
+  if (!o.csv.empty()) write_file_atomically(o.csv, ranking_table(r, false, nullptr).csv());
   if (!o.in.json.empty()) write_json_with_inputs(o.in.json, search_json(r, in.model), in);
   return 0;
 }
@@ -103,6 +150,7 @@ void register_search(CLI::App& app, Action& action) {
   cmd->add_option("--max-pp", o->max_pp, "largest pipeline degree to consider (default: every divisor of --gpus)");
   add_emit_option(*cmd, o->emit);
   cmd->add_option("--rank", o->emit_rank, "with --emit: the plan of this rank of the table")->capture_default_str();
+  cmd->add_flag("--all", o->all, "show plans that predict exactly what the row above does (folded by default)");
   cmd->callback([o, &action] { action = [o] { return run_search_command(*o); }; });
 }
 

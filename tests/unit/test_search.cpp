@@ -85,3 +85,47 @@ TEST(Search, ConfigurationsThatDoNotFitArePruned) {
 
 }  // namespace
 }  // namespace tedsim
+
+namespace tedsim {
+namespace {
+
+// "Why this plan": for every option the best plan turns on, the search's plan without it is the
+// brute-force best among configurations with that option off.
+TEST(Search, ExplainsEachChoiceWithTheBestPlanWithoutIt) {
+  for (const auto& [model, topo, gpus, batch] :
+       {std::tuple{"tiny-moe", "local-cpu", 8, 32}, std::tuple{"ted-1.3b", "summit", 24, 96}}) {
+    test::Bench bench(test::model(model), topo);
+    SearchSpace space;
+    space.gpus = gpus;
+    space.global_batch = batch;
+    const SearchResult r = run_search(bench.evaluator, space, 3, {}, 2);
+    ASSERT_FALSE(r.top.empty());
+    const std::vector<ParallelConfig> configs = enumerate_configs(bench.m, space);
+    int explained = 0;
+    for (int k = 0; k < kKnobCount; ++k) {
+      if (!knob_on(r.top.front().config, Knob(k))) {
+        EXPECT_FALSE(r.without[std::size_t(k)].has_value()) << knob_name(Knob(k));
+        continue;
+      }
+      double best = 0;
+      std::string best_config;
+      for (const ParallelConfig& c : configs) {
+        if (knob_on(c, Knob(k))) continue;
+        const Prediction p = bench.evaluator.evaluate(c);
+        if (p.fits() && p.tokens_per_s > best) {
+          best = p.tokens_per_s;
+          best_config = c.describe();
+        }
+      }
+      ASSERT_TRUE(r.without[std::size_t(k)].has_value() == (best > 0)) << knob_name(Knob(k));
+      if (best == 0) continue;
+      ++explained;
+      EXPECT_EQ(r.without[std::size_t(k)]->config.describe(), best_config) << model << " " << knob_name(Knob(k));
+      EXPECT_LE(r.without[std::size_t(k)]->tokens_per_s, r.top.front().tokens_per_s);
+    }
+    EXPECT_GT(explained, 0) << model;
+  }
+}
+
+}  // namespace
+}  // namespace tedsim

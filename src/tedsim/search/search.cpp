@@ -170,6 +170,8 @@ bool better(const Ranked& a, const Ranked& b) {
 // that is exact, since the share's k-th best is never better than the whole search's.
 struct Share {
   std::vector<Ranked> best;  // sorted, at most `keep`
+  // The best with each knob off (what the best plan is compared with); tokens_per_s 0 while none fits.
+  std::array<Ranked, kKnobCount> without{};
   long long evaluated = 0, feasible = 0;
   double smallest_peak = 0, capacity = 0;
 };
@@ -190,7 +192,14 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
     workload.zero = c.zero;
     workload.tiled_optimizer = c.tiled_optimizer;
     // Ranking by tokens/s is ranking by iteration time: every configuration runs the same batch.
-    const double worst_kept = share.best.size() < keep ? 0.0 : share.best.back().tokens_per_s;
+    // A configuration may be skipped only where it can enter neither the top K nor the best
+    // without any of the knobs it has off.
+    double worst_kept = share.best.size() < keep ? 0.0 : share.best.back().tokens_per_s;
+    bool knobs[kKnobCount];
+    for (int k = 0; k < kKnobCount; ++k) {
+      knobs[k] = knob_on(c, Knob(k));
+      if (!knobs[k]) worst_kept = std::min(worst_kept, share.without[std::size_t(k)].tokens_per_s);
+    }
     const Prediction p = evaluator.evaluate_bounded(c, workload, worst_kept);
     ++share.evaluated;
     if (share.smallest_peak == 0 || p.memory.peak < share.smallest_peak) share.smallest_peak = p.memory.peak;
@@ -201,6 +210,10 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
       if (p.tokens_per_s > 0 && (share.best.size() < keep || better(r, share.best.back()))) {
         share.best.insert(std::upper_bound(share.best.begin(), share.best.end(), r, better), r);
         if (share.best.size() > keep) share.best.pop_back();
+      }
+      for (int k = 0; k < kKnobCount; ++k) {
+        Ranked& b = share.without[std::size_t(k)];
+        if (!knobs[k] && p.tokens_per_s > 0 && (b.tokens_per_s == 0 || better(r, b))) b = r;
       }
     }
     if (tick && share.evaluated % 8192 == 0) tick(8192);
@@ -246,8 +259,11 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&, t] { shares[std::size_t(t)] = search_share(evaluator, parts[std::size_t(t)], keep, tick); });
     for (std::thread& th : pool) th.join();
-    for (int t = 0; t < threads; ++t)
+    for (int t = 0; t < threads; ++t) {
       for (Ranked& r : shares[std::size_t(t)].best) r.index = indices[std::size_t(t)][r.index];
+      for (Ranked& r : shares[std::size_t(t)].without)
+        if (r.tokens_per_s > 0) r.index = indices[std::size_t(t)][r.index];
+    }
   }
   std::vector<Ranked> best;
   for (const Share& s : shares) {
@@ -261,6 +277,17 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
   std::sort(best.begin(), best.end(), better);
   if (best.size() > keep) best.resize(keep);
   for (const Ranked& r : best) result.top.push_back(evaluator.evaluate(configs[r.index]));
+  if (!result.top.empty()) {
+    for (int k = 0; k < kKnobCount; ++k) {
+      if (!knob_on(result.top.front().config, Knob(k))) continue;
+      Ranked off{0, 0};
+      for (const Share& s : shares) {
+        const Ranked& r = s.without[std::size_t(k)];
+        if (r.tokens_per_s > 0 && (off.tokens_per_s == 0 || better(r, off))) off = r;
+      }
+      if (off.tokens_per_s > 0) result.without[std::size_t(k)] = evaluator.evaluate(configs[off.index]);
+    }
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

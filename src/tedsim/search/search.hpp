@@ -1,11 +1,14 @@
 #pragma once
 // Enumerates every valid configuration for G devices, prunes those that do not fit, ranks the rest
 // by throughput. Deterministic: ties keep enumeration order.
+#include <array>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tedsim/search/evaluator.hpp"
+#include "tedsim/search/plan_knobs.hpp"
 
 namespace tedsim {
 
@@ -27,6 +30,8 @@ struct SearchResult {
   double smallest_peak = 0;     // bytes: the lowest memory peak of any configuration (0: none)
   double capacity = 0;          // bytes of usable device memory
   std::vector<Prediction> top;  // best first
+  // For each choice the best plan turns on (plan_knobs.hpp), the best plan with it off, if any fits.
+  std::array<std::optional<Prediction>, kKnobCount> without;
 };
 
 // Why `space` holds no valid configuration for `model`: how many candidate (P, t, e) the first
