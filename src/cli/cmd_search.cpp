@@ -81,8 +81,12 @@ void print_why_this_plan(std::ostream& out, const SearchResult& r) {
       continue;
     }
     const double dt = w->sim.iteration_s - best.sim.iteration_s;
-    out << (dt >= 0 ? "saves " : "costs ") << human_seconds(std::fabs(dt)) << " per iteration ("
-        << fixed(100 * std::fabs(dt) / w->sim.iteration_s, 1) << "%); the best plan without it: " << w->config.describe()
+    if (std::fabs(dt) <= 1e-9 * best.sim.iteration_s)
+      out << "no difference in time (a tie broken by rank order)";
+    else
+      out << (dt >= 0 ? "saves " : "costs ") << human_seconds(std::fabs(dt)) << " per iteration ("
+          << fixed(100 * std::fabs(dt) / w->sim.iteration_s, 1) << "%)";
+    out << "; the best plan without it: " << w->config.describe()
         << ", " << human_seconds(w->sim.iteration_s) << ", peak " << fixed(w->memory.peak / kGiB, 2) << " GiB (this plan "
         << fixed(best.memory.peak / kGiB, 2) << ")\n";
   }
