@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "runtime_test_world.hpp"
+#include "tedsim/core/error.hpp"
 #include "tedsim/runtime/trainer.hpp"
 #include "tedsim/spec/data_files.hpp"
 
@@ -34,6 +35,32 @@ TEST(RuntimeTraining, TinyMoeLossFallsOver50Steps) {
   EXPECT_GT(first, 5.5);
   EXPECT_LT(last, first - 1.5) << "loss did not fall enough";
   for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+}
+
+// A step that goes non-finite stops with the step, the parameter kind and its name.
+TEST(RuntimeTraining, NonFiniteLossOrGradientStopsTheStepNamingIt) {
+  Communicator& world = runtime_world();
+  if (world.size() != 1) GTEST_SKIP() << "runs on one rank";
+  const ModelSpec m = load_model(resolve_data_file("models", "tiny-moe"));
+  ParallelConfig c;
+  c.gpus = 1;
+  c.micro_batch = 2;
+  c.global_batch = 4;
+  c.recompute = Recompute::none;
+  runtime::TrainerOptions o;
+  o.lr = 1e38f;  // Adam moves every weight by about lr: the next forward overflows
+  runtime::Trainer tr(world, m, c, o);
+  std::string message;
+  int steps = 0;
+  try {
+    for (; steps < 5; ++steps) tr.step();
+  } catch (const RunError& e) {
+    message = e.what();
+  }
+  ASSERT_FALSE(message.empty()) << "five steps at lr 1e38 stayed finite";
+  EXPECT_LT(steps, 5);
+  EXPECT_NE(message.find("step " + std::to_string(steps) + ": non-finite"), std::string::npos) << message;
+  EXPECT_NE(message.find("lower the learning rate"), std::string::npos) << message;
 }
 
 }  // namespace

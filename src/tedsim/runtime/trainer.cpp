@@ -280,11 +280,34 @@ std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool bac
   return sums;
 }
 
+// A non-finite loss or gradient stops the step naming where: a NaN table row helps nobody. The
+// gradients are read on the host: every step on the CPU backend; on CUDA (a download of every
+// gradient) only once the loss is non-finite, so a NaN gradient there is named one step later.
+void Trainer::Impl::check_finite(double loss_share) {
+  const bool loss_bad = !std::isfinite(loss_share);
+  if (ops.backend() == Backend::cuda && !loss_bad) return;
+  std::vector<float> host;
+  for (std::size_t id = 0; id < store.infos().size(); ++id) {
+    const ParamInfo& p = store.info(static_cast<int>(id));
+    host.resize(p.numel);
+    ops.to_host(store.grad(static_cast<int>(id)), host.data(), p.numel);
+    for (std::size_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(host[i]))
+        throw RunError(world.where() + ": step " + std::to_string(iter) + ": non-finite gradient of " + p.kind + " (" +
+                       p.name + ", element " + std::to_string(i) + (loss_bad ? "; the loss is non-finite too" : "") +
+                       "): lower the learning rate (--lr) or check the data");
+  }
+  if (loss_bad)
+    throw RunError(world.where() + ": step " + std::to_string(iter) + ": non-finite loss (" + std::to_string(loss_share) +
+                   ") with finite gradients: lower the learning rate (--lr) or check the data");
+}
+
 StepStats Trainer::Impl::step() {
   phase.fill(0);
   const double t0 = clock();
   store.zero_grads();
   std::array<double, 3> sums = run_micro_batches(iter, true);
+  check_finite(sums[0]);
   sync_tied_embedding();
   sync_and_update();
   const double t1 = clock();

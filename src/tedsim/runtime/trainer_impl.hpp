@@ -234,6 +234,7 @@ struct Trainer::Impl {
   void sync_tied_embedding();
 
   // ---------------------------------------------------------------- gradient sync + Adam
+  void check_finite(double loss_share);
   void sync_and_update();
 
   StepStats step();
