@@ -91,7 +91,8 @@ TEST(PipelineSchedule, InterleavedOrderFollowsMegatron) {
     EXPECT_EQ(order[i].backward, bool(expected[i][2])) << i;
   }
   EXPECT_EQ(warmup_forwards(1, 2, 2, 4), 2);
-  EXPECT_EQ(warmup_forwards(0, 4, 2, 4), 8);  // m == P: every forward first, as Megatron does
+  EXPECT_EQ(warmup_forwards(0, 4, 2, 4), 8);  // (4-0-1)*2 + 4 = 10, capped at m * V = 8
+  EXPECT_EQ(warmup_forwards(3, 4, 2, 4), 4);  // m == P: no special case in current Megatron-Core
 }
 
 TEST(PipelineLayout, ParsesMegatronLayoutStrings) {

@@ -122,6 +122,17 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       dgrad.seconds = profile.gemm_seconds(dgrad.gemm);
       wgrad.seconds = profile.gemm_seconds(wgrad.gemm);
       backward.add(dgrad);
+      // Sequence parallelism keeps the GEMM's input sharded: the weight gradient needs it gathered
+      // again, which Megatron-Core overlaps with the data-gradient GEMM; what that does not cover
+      // is exposed.
+      const Op* before = i > 0 ? &forward.ops[i - 1] : nullptr;
+      if (before && before->is_collective && before->collective == CollectiveOp::all_gather &&
+          std::strncmp(before->name, "sp_allgather", 12) == 0 && before->seconds > dgrad.seconds) {
+        Op regather = *before;
+        regather.name = "sp_regather_for_wgrad";
+        regather.seconds = before->seconds - dgrad.seconds;
+        backward.add(regather);
+      }
       backward.add(wgrad);
     } else {
       Op grad = f;
@@ -156,7 +167,7 @@ void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& 
   for (Block* block : {&layer.forward, &layer.backward}) {
     const double compute = block->seconds + (block == &layer.backward ? layer.recompute.seconds : 0.0);
     const double exposed = std::max(0.0, gather - compute);
-    layer.zero3_hidden_s += gather - exposed;
+    (block == &layer.backward ? layer.zero3_hidden_backward_s : layer.zero3_hidden_forward_s) += gather - exposed;
     if (exposed > 0) {
       Op op;
       op.name = "zero3_param_allgather";
@@ -234,7 +245,7 @@ void LayerBlocks::clear() {
   forward.clear();
   recompute.clear();
   backward.clear();
-  nonexpert_grad_elems = expert_grad_elems = zero3_hidden_s = 0;
+  nonexpert_grad_elems = expert_grad_elems = zero3_hidden_forward_s = zero3_hidden_backward_s = 0;
 }
 
 Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profile& profile, const GroupSpans& spans) {

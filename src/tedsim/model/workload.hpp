@@ -55,7 +55,7 @@ struct LayerBlocks {
   // ZeRO-3 gathers the layer's parameters before its forward and again before its backward, on the
   // data-parallel stream while the previous layer computes (prefetch); the blocks carry what stays
   // exposed, this the part hidden behind compute (busy on the data-parallel stream).
-  double zero3_hidden_s = 0;
+  double zero3_hidden_forward_s = 0, zero3_hidden_backward_s = 0;
   void clear();
 };
 

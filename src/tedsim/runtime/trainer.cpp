@@ -283,23 +283,32 @@ std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool bac
 // A non-finite loss or gradient stops the step naming where: a NaN table row helps nobody. The
 // gradients are read on the host: every step on the CPU backend; on CUDA (a download of every
 // gradient) only once the loss is non-finite, so a NaN gradient there is named one step later.
+// Every rank learns whether any rank found one (a world max), so all of them stop together instead
+// of the healthy ones waiting in the next collective.
 void Trainer::Impl::check_finite(double loss_share) {
   const bool loss_bad = !std::isfinite(loss_share);
-  if (ops.backend() == Backend::cuda && !loss_bad) return;
-  std::vector<float> host;
-  for (std::size_t id = 0; id < store.infos().size(); ++id) {
-    const ParamInfo& p = store.info(static_cast<int>(id));
-    host.resize(p.numel);
-    ops.to_host(store.grad(static_cast<int>(id)), host.data(), p.numel);
-    for (std::size_t i = 0; i < p.numel; ++i)
-      if (!std::isfinite(host[i]))
-        throw RunError(world.where() + ": step " + std::to_string(iter) + ": non-finite gradient of " + p.kind + " (" +
-                       p.name + ", element " + std::to_string(i) + (loss_bad ? "; the loss is non-finite too" : "") +
-                       "): lower the learning rate (--lr) or check the data");
+  std::string found;
+  if (ops.backend() != Backend::cuda || loss_bad) {
+    std::vector<float> host;
+    for (std::size_t id = 0; id < store.infos().size() && found.empty(); ++id) {
+      const ParamInfo& p = store.info(static_cast<int>(id));
+      host.resize(p.numel);
+      ops.to_host(store.grad(static_cast<int>(id)), host.data(), p.numel);
+      for (std::size_t i = 0; i < p.numel; ++i) {
+        if (std::isfinite(host[i])) continue;
+        found = "non-finite gradient of " + p.kind + " (" + p.name + ", element " + std::to_string(i) +
+                (loss_bad ? "; the loss is non-finite too" : "") + ")";
+        break;
+      }
+    }
+    if (found.empty() && loss_bad) found = "non-finite loss (" + std::to_string(loss_share) + ") with finite gradients";
   }
-  if (loss_bad)
-    throw RunError(world.where() + ": step " + std::to_string(iter) + ": non-finite loss (" + std::to_string(loss_share) +
-                   ") with finite gradients: lower the learning rate (--lr) or check the data");
+  std::vector<double> flag{found.empty() ? 0.0 : 1.0};
+  world.host_max(flag);
+  if (flag[0] == 0.0) return;
+  throw RunError(world.where() + ": step " + std::to_string(iter) + ": " +
+                 (found.empty() ? std::string("another rank found a non-finite loss or gradient") : found) +
+                 ": lower the learning rate (--lr) or check the data");
 }
 
 StepStats Trainer::Impl::step() {
@@ -307,10 +316,12 @@ StepStats Trainer::Impl::step() {
   const double t0 = clock();
   store.zero_grads();
   std::array<double, 3> sums = run_micro_batches(iter, true);
+  const double check0 = clock();
   check_finite(sums[0]);
+  const double checked = clock() - check0;  // tedsim's own check: not the step's time
   sync_tied_embedding();
   sync_and_update();
-  const double t1 = clock();
+  const double t1 = clock() - checked;
   // Global loss: sum of the replicas' shares (TP ranks of a replica hold the same numbers), reduced
   // in the backend's memory (NCCL reduces device buffers only).
   float red3[3] = {static_cast<float>(sums[0]), static_cast<float>(sums[1]), static_cast<float>(sums[2])};

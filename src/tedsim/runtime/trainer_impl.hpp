@@ -128,6 +128,9 @@ struct Trainer::Impl {
   double aux_sum = 0;
 
   Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o);
+  // Buffers of sends still in flight (a step ended by an exception) are left to the process's end
+  // rather than freed under MPI.
+  ~Impl();
 
   void setup_dims();
 

@@ -9,6 +9,12 @@
 
 namespace tedsim::runtime {
 
+Trainer::Impl::~Impl() {
+  if (outgoing.empty()) return;
+  static auto* const unfinished = new std::deque<OutgoingMessage>;
+  for (OutgoingMessage& m : outgoing) unfinished->push_back(std::move(m));
+}
+
 bool Trainer::Impl::holds_layer(int l) const {
   for (int v = 0; v < pipeline_chunks; ++v) {
     const ModelChunk& c = stage_map.chunk(stage, v);

@@ -194,7 +194,7 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
     // Ranking by tokens/s is ranking by iteration time: every configuration runs the same batch.
     // A configuration may be skipped only where it can enter neither the top K nor the best
     // without any of the knobs it has off.
-    double worst_kept = share.best.size() < keep ? 0.0 : share.best.back().tokens_per_s;
+    double worst_kept = share.best.size() < keep || keep == 0 ? 0.0 : share.best.back().tokens_per_s;
     bool knobs[kKnobCount];
     for (int k = 0; k < kKnobCount; ++k) {
       knobs[k] = knob_on(c, Knob(k));
@@ -207,7 +207,7 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
     if (p.fits()) {
       ++share.feasible;
       const Ranked r{p.tokens_per_s, i};
-      if (p.tokens_per_s > 0 && (share.best.size() < keep || better(r, share.best.back()))) {
+      if (keep > 0 && p.tokens_per_s > 0 && (share.best.size() < keep || better(r, share.best.back()))) {
         share.best.insert(std::upper_bound(share.best.begin(), share.best.end(), r, better), r);
         if (share.best.size() > keep) share.best.pop_back();
       }

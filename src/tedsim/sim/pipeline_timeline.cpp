@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "tedsim/spec/pipeline_schedule.hpp"
@@ -67,9 +68,9 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
         cw.backward.add(l.recompute);
         cw.backward.add(l.backward);
         cw.grads.push_back({cw.backward.seconds, l.nonexpert_grad_elems, l.expert_grad_elems});
-        // ZeRO-3's hidden gathers: half before the forward, half before the backward.
-        cw.zero3_hidden_fwd += l.zero3_hidden_s / 2;
-        cw.zero3_hidden_bwd += l.zero3_hidden_s / 2;
+        // ZeRO-3's gathers hidden behind the forward and behind the backward.
+        cw.zero3_hidden_fwd += l.zero3_hidden_forward_s;
+        cw.zero3_hidden_bwd += l.zero3_hidden_backward_s;
       }
       if (c.embedding) {
         cw.backward.add(w.embedding_backward);
@@ -122,7 +123,7 @@ class PipelineTimeline {
           ++ran;
         }
       }
-      if (ran == 0) break;  // cannot happen for the schedules above; never spin
+      if (ran == 0) throw std::logic_error("tedsim: pipeline timeline deadlocked (a schedule order its dependencies cannot run)");
       remaining -= ran;
     }
     finish_step();
@@ -287,6 +288,7 @@ class PipelineTimeline {
         st.exposed[int(Phase::dp_grad_sync)] += st.dp_free - st.end;
         st.end = st.dp_free;
       }
+      st.times.compute_end_s = st.end;
     }
     // Tied embeddings: the first and the last stage all-reduce the embedding's gradient.
     if (P_ > 1 && w_.tied_embedding_sync_seconds > 0) {
@@ -401,6 +403,7 @@ SimResult extrapolate(const SimResult& a, const SimResult& b, double n) {
     r.stages[s].bubble_s = lerp(a.stages[s].bubble_s, b.stages[s].bubble_s);
     r.stages[s].p2p_s = lerp(a.stages[s].p2p_s, b.stages[s].p2p_s);
     r.stages[s].end_s = lerp(a.stages[s].end_s, b.stages[s].end_s);
+    r.stages[s].compute_end_s = lerp(a.stages[s].compute_end_s, b.stages[s].compute_end_s);
   }
   return r;
 }
@@ -415,10 +418,16 @@ bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) 
   if (b.grad_buckets - a.grad_buckets != c.grad_buckets - b.grad_buckets) return false;
   for (int p = 0; p < kPhaseCount; ++p)
     if (!linear(a.exposed[p], b.exposed[p], c.exposed[p]) || !linear(a.busy[p], b.busy[p], c.busy[p])) return false;
+  // The critical stage stays critical only if no stage (nor a stage's end before the tied
+  // embedding couples the first and the last) grows faster than it does.
+  const double critical_step = c.stages[std::size_t(c.critical_stage)].end_s - b.stages[std::size_t(c.critical_stage)].end_s;
   for (std::size_t s = 0; s < a.stages.size(); ++s) {
     const StageTimes &x = a.stages[s], &y = b.stages[s], &z = c.stages[s];
     if (!linear(x.bubble_s, y.bubble_s, z.bubble_s) || !linear(x.p2p_s, y.p2p_s, z.p2p_s) ||
-        !linear(x.end_s, y.end_s, z.end_s) || !linear(x.busy_s, y.busy_s, z.busy_s))
+        !linear(x.end_s, y.end_s, z.end_s) || !linear(x.busy_s, y.busy_s, z.busy_s) ||
+        !linear(x.compute_end_s, y.compute_end_s, z.compute_end_s))
+      return false;
+    if (z.end_s - y.end_s > critical_step + tolerance || z.compute_end_s - y.compute_end_s > critical_step + tolerance)
       return false;
   }
   return true;

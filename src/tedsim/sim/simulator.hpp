@@ -27,6 +27,7 @@ struct StageTimes {
   double bubble_s = 0;  // compute stream idle, waiting on a neighbour's compute
   double p2p_s = 0;     // compute stream idle, waiting on a transfer in flight
   double end_s = 0;     // the stage's optimizer step done
+  double compute_end_s = 0;  // its last pass and gradient sync done (before the tied-embedding sync)
 };
 
 struct SimResult {

@@ -10,6 +10,7 @@ namespace {
 // Recursive-descent expansion of the repeat syntax: sequence := (item ['*' N])*; item := symbol | '(' sequence ')'.
 class LayoutExpander {
  public:
+  static constexpr std::size_t kMaxSymbols = 10'000'000;
   explicit LayoutExpander(const std::string& text) : text_(text) {}
 
   std::string expand() {
@@ -44,14 +45,18 @@ class LayoutExpander {
         const std::size_t start = pos_;
         while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
         if (start == pos_) fail("'*' without a repeat count");
+        if (pos_ - start > 6) fail("repeat count must be 1-100000");
         const long count = std::stol(text_.substr(start, pos_ - start));
         if (count <= 0 || count > 100000) fail("repeat count must be 1-100000");
+        // Checked before building it: a nested repeat could ask for gigabytes.
+        if (out.size() + item.size() * std::size_t(count) > kMaxSymbols) fail("expands to more than 10^7 symbols");
         std::string repeated;
+        repeated.reserve(item.size() * std::size_t(count));
         for (long i = 0; i < count; ++i) repeated += item;
-        item = repeated;
+        item = std::move(repeated);
       }
+      if (out.size() + item.size() > kMaxSymbols) fail("expands to more than 10^7 symbols");
       out += item;
-      if (out.size() > 10'000'000) fail("expands to more than 10^7 symbols");
     }
   }
   void skip_separators() {

@@ -6,9 +6,7 @@ namespace tedsim {
 
 int warmup_forwards(int stage, int pp, int vpp, int microbatches) {
   if (vpp == 1) return std::min(pp - stage - 1, microbatches);
-  const int total = microbatches * vpp;
-  if (microbatches == pp) return total;
-  return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, total);
+  return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, microbatches * vpp);
 }
 
 StageOrder::StageOrder(int stage, int pp, int vpp, int microbatches)

@@ -7,8 +7,9 @@
 //
 // 1F1B (V = 1): stage p runs min(P - p - 1, m) warm-up forwards, then one forward and one backward
 // in turn, then the remaining backwards. Interleaved 1F1B (V > 1 chunks per stage): m * V
-// chunk-passes; (P - p - 1) * 2 + (V - 1) * P warm-up forwards (all of them when m == P, as
-// Megatron-Core does); micro-batches advance through the chunks in groups of P: forward k runs
+// chunk-passes; min((P - p - 1) * 2 + (V - 1) * P, m * V) warm-up forwards (Megatron-Core's
+// get_pp_rank_microbatches; older releases ran every forward first when m == P); micro-batches
+// advance through the chunks in groups of P: forward k runs
 // chunk (k mod PV) / P of micro-batch (k / PV) * P + k mod P, backward k the chunks in reverse.
 #include <vector>
 
