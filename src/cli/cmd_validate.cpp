@@ -148,7 +148,16 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   topt.seed = o.seed;
   topt.data_file = o.data;
   topt.lr = o.lr;
-  const runtime::MeasuredRun run = runtime::measure_training(*world, in.model, c, topt, o.warmup, o.iters);
+  runtime::MeasuredRun run;
+  try {
+    run = runtime::measure_training(*world, in.model, c, topt, o.warmup, o.iters);
+  } catch (const RunError& e) {
+    // One rank's failure (a non-finite step) would leave the others in their next collective:
+    // say it here and end every rank.
+    if (world->size() == 1) throw;
+    std::cerr << "tedsim: error: " << e.what() << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, int(ExitCode::failure));
+  }
 
   if (root) {
     out << run.description << "\n"

@@ -14,15 +14,21 @@
 namespace tedsim::test {
 namespace {
 
-TEST(RuntimeTraining, TinyMoeLossFallsOver50Steps) {
-  Communicator& world = runtime_world();
-  if (world.size() != 1) GTEST_SKIP() << "runs on one rank";
-  const ModelSpec m = load_model(resolve_data_file("models", "tiny-moe"));
+// tiny-moe on one rank, two micro-batches of 2.
+ParallelConfig one_rank(Recompute recompute) {
   ParallelConfig c;
   c.gpus = 1;
   c.micro_batch = 2;
   c.global_batch = 4;
-  c.recompute = Recompute::full;
+  c.recompute = recompute;
+  return c;
+}
+
+TEST(RuntimeTraining, TinyMoeLossFallsOver50Steps) {
+  Communicator& world = runtime_world();
+  if (world.size() != 1) GTEST_SKIP() << "runs on one rank";
+  const ModelSpec m = load_model(resolve_data_file("models", "tiny-moe"));
+  ParallelConfig c = one_rank(Recompute::full);
   c.cac = true;
   runtime::TrainerOptions o;
   o.lr = 3e-3f;
@@ -42,11 +48,7 @@ TEST(RuntimeTraining, NonFiniteLossOrGradientStopsTheStepNamingIt) {
   Communicator& world = runtime_world();
   if (world.size() != 1) GTEST_SKIP() << "runs on one rank";
   const ModelSpec m = load_model(resolve_data_file("models", "tiny-moe"));
-  ParallelConfig c;
-  c.gpus = 1;
-  c.micro_batch = 2;
-  c.global_batch = 4;
-  c.recompute = Recompute::none;
+  const ParallelConfig c = one_rank(Recompute::none);
   runtime::TrainerOptions o;
   o.lr = 1e38f;  // Adam moves every weight by about lr: the next forward overflows
   runtime::Trainer tr(world, m, c, o);

@@ -231,33 +231,12 @@ void Trainer::Impl::load_micro_batch(std::int64_t it, int j) {
 double Trainer::Impl::micro_batch(bool backward, double* ce_out, double* aux_out) {
   aux_sum = 0;
   embed_forward();
-  const bool ckpt = cfg.full_recompute() && backward;
-  for (int l = 0; l < L; ++l) {
-    LayerActs& A = acts[cfg.full_recompute() ? 0 : l];
-    stash[l].clear();
-    mode = ckpt && cfg.cac ? CommMode::record : CommMode::live;
-    cur_stash = &stash[l];
-    layer_forward(l, inputs[l].data(), A, ensure(inputs[l + 1], static_cast<std::size_t>(T) * h));
-  }
-  mode = CommMode::live;
+  const ModelChunk whole{0, L, true, true};
+  chunk_forward(whole, backward);
   const double aux = aux_sum;
   const double ce = head_and_loss(backward);
   if (backward) {
-    for (int l = L - 1; l >= 0; --l) {
-      LayerActs& A = acts[cfg.full_recompute() ? 0 : l];
-      if (ckpt) {  // recompute this layer's forward from its checkpointed input
-        mode = cfg.cac ? CommMode::replay : CommMode::live;
-        cur_stash = &stash[l];
-        stash_next = 0;
-        const std::uint64_t sig = routing_sig;
-        layer_forward(l, inputs[l].data(), A, ensure(scratch_out, static_cast<std::size_t>(T) * h));
-        routing_sig = sig;
-        mode = CommMode::live;
-        stash[l].clear();
-        stash[l].shrink_to_fit();
-      }
-      layer_backward(l, inputs[l].data(), A, gbuf.data());
-    }
+    chunk_backward(whole);
     embed_backward();
   }
   if (ce_out) *ce_out = ce;
@@ -283,8 +262,8 @@ std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool bac
 // A non-finite loss or gradient stops the step naming where: a NaN table row helps nobody. The
 // gradients are read on the host: every step on the CPU backend; on CUDA (a download of every
 // gradient) only once the loss is non-finite, so a NaN gradient there is named one step later.
-// Every rank learns whether any rank found one (a world max), so all of them stop together instead
-// of the healthy ones waiting in the next collective.
+// Local to the rank, so it adds no synchronization to the step: the rank that finds one throws,
+// and validate ends every rank (MPI_Abort) rather than leave the others in the next collective.
 void Trainer::Impl::check_finite(double loss_share) {
   const bool loss_bad = !std::isfinite(loss_share);
   std::string found;
@@ -303,11 +282,8 @@ void Trainer::Impl::check_finite(double loss_share) {
     }
     if (found.empty() && loss_bad) found = "non-finite loss (" + std::to_string(loss_share) + ") with finite gradients";
   }
-  std::vector<double> flag{found.empty() ? 0.0 : 1.0};
-  world.host_max(flag);
-  if (flag[0] == 0.0) return;
-  throw RunError(world.where() + ": step " + std::to_string(iter) + ": " +
-                 (found.empty() ? std::string("another rank found a non-finite loss or gradient") : found) +
+  if (found.empty()) return;
+  throw RunError(world.where() + ": step " + std::to_string(iter) + ": " + found +
                  ": lower the learning rate (--lr) or check the data");
 }
 

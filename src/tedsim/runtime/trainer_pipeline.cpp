@@ -47,6 +47,8 @@ MicroBatchState& Trainer::Impl::in_flight_state(std::int64_t it, int mb) {
   return *in_flight.emplace(mb, std::move(s)).first->second;
 }
 
+// The layers of `chunk`, forward (recording CAC's stash where a recompute will follow) and backward
+// (recomputing each layer first under full recompute); a one-stage step runs the whole model as one.
 void Trainer::Impl::chunk_forward(const ModelChunk& chunk, bool backward_follows) {
   const bool ckpt = cfg.full_recompute() && backward_follows;
   for (int l = chunk.first_layer; l < chunk.first_layer + chunk.layers; ++l) {
