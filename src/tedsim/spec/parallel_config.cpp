@@ -29,6 +29,9 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     if (!why.empty()) return why;
   }
   if (c.sequence_parallel && c.tp == 1) return "sequence parallelism needs tp > 1";
+  if (c.sequence_parallel && c.dtd)
+    return "duplicate token dropping (dtd) with sequence parallelism: SP already splits the tokens over the "
+           "tensor group before the router (drop --dtd)";
   if (c.recompute == Recompute::selective && c.recompute_modules == 0) return "selective recompute needs at least one module";
   if (m.heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide heads " + s(m.heads);
   if (m.kv_heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide kv_heads " + s(m.kv_heads);
