@@ -142,6 +142,24 @@ std::vector<std::pair<double, double>> YamlMap::curve(const std::string& key) co
   return points;
 }
 
+std::vector<int> YamlMap::increasing_integers(const std::string& key) const {
+  YAML::Node v = value(key);
+  if (!v.IsSequence() || v.size() == 0) fail(key, "expected a non-empty list of integers");
+  std::vector<int> out;
+  for (const YAML::Node& x : v) {
+    int n = 0;
+    try {
+      n = x.as<int>();
+    } catch (const YAML::Exception&) {
+      fail(key, "expected integers, got '" + (x.IsScalar() ? x.Scalar() : std::string("a non-scalar")) + "'");
+    }
+    if (n < 0) fail(key, "expected non-negative integers, got " + std::to_string(n));
+    if (!out.empty() && n <= out.back()) fail(key, "expected strictly increasing integers");
+    out.push_back(n);
+  }
+  return out;
+}
+
 std::int64_t YamlMap::positive_integer(const std::string& key) const {
   const std::int64_t x = integer(key);
   if (x <= 0) fail(key, "expected a positive integer, got " + std::to_string(x));

@@ -29,6 +29,8 @@ class YamlMap {
   std::string text(const std::string& key, const std::string& fallback) const;
   // A list of [x, y] pairs with strictly increasing x, e.g. an efficiency curve.
   std::vector<std::pair<double, double>> curve(const std::string& key) const;
+  // A list of non-negative integers, strictly increasing (e.g. layer indices).
+  std::vector<int> increasing_integers(const std::string& key) const;
 
   // Range checks, each naming the key: value > 0, value >= 0, lo <= value <= hi.
   std::int64_t positive_integer(const std::string& key) const;

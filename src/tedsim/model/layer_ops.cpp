@@ -44,6 +44,33 @@ void BlockBuilder::collective(const char* name, CollectiveOp which, GroupKind gr
   block_.add(op);
 }
 
+int BlockBuilder::collective_at(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase) {
+  const int before = block_.count;
+  collective(name, which, group, bytes, phase);
+  return block_.count > before ? before : -1;
+}
+
+double BlockBuilder::seconds_since(int first_op) const {
+  double sum = 0;
+  for (int i = first_op; i < block_.count; ++i) sum += block_.ops[i].seconds;
+  return sum;
+}
+
+void BlockBuilder::hide_behind(double seconds, std::initializer_list<int> ops) {
+  // Side-stream work that runs during these ops (collectives): it shortens them, down to zero, in
+  // order; the compute it does stays on the block as it was added.
+  for (int index : ops) {
+    if (seconds <= 0) break;
+    if (index < 0 || index >= block_.count || !block_.ops[index].is_collective) continue;
+    Op& op = block_.ops[index];
+    const double hidden = std::min(seconds, op.seconds);
+    op.seconds -= hidden;
+    block_.seconds -= hidden;
+    block_.phase_seconds[int(op.phase)] -= hidden;
+    seconds -= hidden;
+  }
+}
+
 LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   LayerDims d;
   d.T = s.tokens;
@@ -54,10 +81,17 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   d.b = s.b;
   d.heads_local = m.heads / s.t;
   d.head_dim = m.head_dim();
-  d.qkv_out = (std::int64_t(m.hidden) + 2 * std::int64_t(m.kv_dim())) / s.t;
+  d.qkv_out = (std::int64_t(m.q_dim()) + 2 * std::int64_t(m.kv_dim())) / s.t;
   d.ffn_local_dense = m.ffn / s.t;
   d.fc1_factor = m.activation == Activation::swiglu ? 2 : 1;
+  d.shared_local = m.is_moe() ? m.shared_width() / s.t : 0;
   d.B = s.act_bytes;
+  d.mla = m.is_mla();
+  d.qk_head_dim = d.mla ? m.mla.qk_head_dim() : d.head_dim;
+  d.v_head_dim = d.mla ? m.mla.v_head_dim : d.head_dim;
+  d.q_lora = m.mla.q_lora_rank;
+  d.kv_lora = m.mla.kv_lora_rank;
+  d.qk_rope = m.mla.qk_rope_head_dim;
   return d;
 }
 
@@ -82,13 +116,29 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   x.kernel("layernorm_attn", KernelKind::layernorm, 2.0 * d.T_local * d.h * d.B);
   x.set_module(0);
   tp_block_entry(x, d, "sp_allgather_attn");
-  x.gemm("qkv_proj", d.T, d.qkv_out, d.h);
+  if (d.mla) {
+    // Megatron-Core's MLA: the down projections to the latents are replicated on every tensor
+    // rank; the up projections are column-parallel over heads, the output projection row-parallel.
+    const std::int64_t q_heads_out = d.heads_local * d.qk_head_dim;
+    if (d.q_lora > 0) {
+      x.gemm("mla_q_down", d.T, d.q_lora, d.h);
+      x.kernel("mla_q_norm", KernelKind::layernorm, 2.0 * d.T * d.q_lora * d.B);
+      x.gemm("mla_q_up", d.T, q_heads_out, d.q_lora);
+    } else {
+      x.gemm("mla_q_proj", d.T, q_heads_out, d.h);
+    }
+    x.gemm("mla_kv_down", d.T, d.kv_lora + d.qk_rope, d.h);
+    x.kernel("mla_kv_norm", KernelKind::layernorm, 2.0 * d.T * d.kv_lora * d.B);
+    x.gemm("mla_kv_up", d.T, d.heads_local * (d.qk_head_dim - d.qk_rope + d.v_head_dim), d.kv_lora);
+  } else {
+    x.gemm("qkv_proj", d.T, d.qkv_out, d.h);
+  }
   x.set_module(kRecomputeCoreAttn);
-  x.gemm("attn_scores", d.s, d.s, d.head_dim, d.b * d.heads_local);
+  x.gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
   x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
-  x.gemm("attn_context", d.s, d.head_dim, d.s, d.b * d.heads_local);
+  x.gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
   x.set_module(0);
-  x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.head_dim);
+  x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.v_head_dim);
   tp_block_exit(x, d, "tp_allreduce_attn", "sp_reducescatter_attn");
   x.kernel("residual_attn", KernelKind::elementwise, 3.0 * d.T_local * d.h * d.B);
   x.set_module(kRecomputeLayernorm);
@@ -107,6 +157,39 @@ void dense_mlp_forward(BlockBuilder& x, const LayerDims& d) {
   x.kernel("residual_mlp", KernelKind::elementwise, 3.0 * d.T_local * d.h * d.B);
 }
 
+namespace {
+
+// The shared experts: a dense MLP of all shared experts' width on the layer's tokens, split over
+// the tensor group like the dense MLP (its own SP gather / reduce-scatter or TP all-reduce).
+void shared_experts_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m) {
+  x.set_module(kRecomputeSharedExperts | kRecomputeMoe);
+  if (d.sp) x.collective("sp_allgather_shared", CollectiveOp::all_gather, GroupKind::tensor, double(d.T) * d.h * d.B, Phase::tp_allgather);
+  x.gemm("shared_fc1", d.T, d.fc1_factor * d.shared_local, d.h);
+  x.kernel("shared_activation", KernelKind::activation, double(d.fc1_factor + 1) * d.T * d.shared_local * d.B);
+  x.gemm("shared_fc2", d.T, d.h, d.shared_local);
+  if (m.moe.shared_gate) {
+    // Qwen2-MoE: sigmoid(x w) with w [h, 1] scales the shared output.
+    x.gemm("shared_gate", d.T, 1, d.h);
+    x.kernel("shared_gate_scale", KernelKind::elementwise, 3.0 * d.T * d.h * d.B);
+  }
+  if (d.sp)
+    x.collective("sp_reducescatter_shared", CollectiveOp::reduce_scatter, GroupKind::tensor, double(d.T) * d.h * d.B, Phase::tp_allreduce);
+  else
+    x.collective("tp_allreduce_shared", CollectiveOp::all_reduce, GroupKind::tensor, double(d.T) * d.h * d.B, Phase::tp_allreduce);
+  x.set_module(kRecomputeMoe);
+}
+
+// Router arithmetic per token, in bytes moved: the logits' scores (softmax or sigmoid) over all
+// experts, the top-k selection, and the k weights; group-limited routing adds a pass over the
+// scores to rank the groups.
+double gating_bytes(const ModelSpec& m, std::int64_t tokens) {
+  const double E = m.moe.experts, k = m.moe.top_k;
+  const double passes = 1.0 + (m.moe.group_limited() ? 1.0 : 0.0);
+  return double(tokens) * (E * 4.0 * passes + k * 12.0);
+}
+
+}  // namespace
+
 void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const ModelSpec& m, const ParallelConfig& c) {
   const double E = m.moe.experts, h = double(d.h), B = d.B;
   // The router's tokens: this rank's s/t with sequence parallelism, else all T (every tensor rank
@@ -117,15 +200,19 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   const bool dtd_split = c.dtd && s.t > 1 && !d.sp;
   x.set_module(kRecomputeMoe);
   x.gemm("gate", router_tokens, m.moe.experts, d.h);
-  x.kernel("gating", KernelKind::gating, double(router_tokens) * E * 4.0 + double(router_tokens) * m.moe.top_k * 12.0);
+  x.kernel("gating", KernelKind::gating, gating_bytes(m, router_tokens));
+  const int shared_first = x.size();
+  if (d.shared_local > 0) shared_experts_forward(x, d, m);
+  const double shared_seconds = x.seconds_since(shared_first);
   x.kernel("dispatch", KernelKind::dispatch, (kept + slots) * h * B);
   const double a2a_bytes = E * double(s.capacity_a2a) * h * B;
-  x.collective("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
+  const int dispatch_a2a = x.collective_at("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
   // The tokens every tensor rank's experts see: all t ranks' after the gather.
   const double gathered_slots = d.sp ? double(s.t) * slots : slots;
   if (c.expert_tp && (dtd_split || d.sp))
     x.collective(d.sp ? "sp_allgather_expert" : "dtd_allgather_dispatch", CollectiveOp::all_gather, GroupKind::tensor,
                  gathered_slots * h * B, Phase::tp_allgather);
+  // The local experts run as one grouped GEMM (batch = local experts) of the busiest rank's rows.
   const std::int64_t rows = s.expert_rows;
   const std::int64_t fc1_out = d.fc1_factor * s.ffn_local;
   x.gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
@@ -141,7 +228,8 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
     else
       x.collective("tp_allreduce_expert", CollectiveOp::all_reduce, GroupKind::tensor, out_bytes, Phase::tp_allreduce);
   }
-  x.collective("ep_alltoall_combine", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
+  const int combine_a2a = x.collective_at("ep_alltoall_combine", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
+  if (c.shared_expert_overlap && shared_seconds > 0) x.hide_behind(shared_seconds, {dispatch_a2a, combine_a2a});
   if (dtd_split)
     x.collective("dtd_allgather_combine", CollectiveOp::all_gather, GroupKind::tensor, slots * h * B, Phase::tp_allgather);
   x.kernel("combine", KernelKind::combine, (kept + double(router_tokens)) * h * B);

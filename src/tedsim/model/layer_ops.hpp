@@ -11,11 +11,16 @@
 // parallelism the received tokens are all-gathered over the tensor group before the experts and
 // reduce-scattered after them.
 #include <cstdint>
+#include <initializer_list>
 
 #include "tedsim/model/workload.hpp"
 
 namespace tedsim {
 
+// MoE layers' shared experts run beside the routed ones on the same tokens; with Megatron-Core's
+// --moe-shared-expert-overlap they run on a side stream during the dispatch and combine
+// all-to-alls, hiding up to their time of those.
+//
 // Appends ops with their profile times; collectives on groups of one rank vanish. Ops are tagged
 // with the recompute module they belong to, so selective recompute can pick them.
 class BlockBuilder {
@@ -27,6 +32,12 @@ class BlockBuilder {
             Phase phase = Phase::compute);
   void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute);
   void collective(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
+  // Same; returns the op's index, or -1 when it vanished (a group of one rank).
+  int collective_at(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
+  int size() const { return block_.count; }
+  double seconds_since(int first_op) const;  // the ops added from index first_op on
+  // `seconds` of side-stream work overlaps the collectives at these op indices (-1: skipped).
+  void hide_behind(double seconds, std::initializer_list<int> ops);
 
  private:
   Block& block_;
@@ -40,8 +51,12 @@ struct LayerDims {
   std::int64_t T;        // tokens of the micro-batch per tensor group (b * s)
   std::int64_t T_local;  // tokens each tensor rank holds between blocks: T/t with SP, else T
   std::int64_t h, s, b, heads_local, head_dim, qkv_out, ffn_local_dense, fc1_factor;
+  std::int64_t shared_local;  // all shared experts' width per tensor rank (0: none)
   double B;  // activation bytes
   bool sp;
+  // Multi-head latent attention (0 ranks without it): query/key and value head sizes, latents.
+  bool mla;
+  std::int64_t qk_head_dim, v_head_dim, q_lora, kv_lora, qk_rope;
 };
 
 LayerDims layer_dims(const ModelSpec& model, const StepShape& shape);

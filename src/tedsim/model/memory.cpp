@@ -46,8 +46,10 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
     const double expert_act_out = rows * s.ffn_local * B;
     // Saved for backward: the block's input and dropout mask, fp32 gate probabilities, expert
     // inputs, fc1 and activation outputs, the combine input (its weights need it).
+    // Shared experts keep their fc1 and activation outputs like a dense MLP of their width.
+    const double shared_inner = T * (fc1_factor + 1.0) * (double(m.shared_width()) / t) * B;
     const double moe_inner = router_tokens * E * 4.0 + rows * h * B + rows * fc1_factor * s.ffn_local * B +
-                             expert_act_out + slots * h * B;
+                             expert_act_out + slots * h * B + shared_inner;
     const double moe_full = block_input + dropout_mask + moe_inner;
     const double moe_kept =
         c.recomputes(kRecomputeMoe) ? (ln ? 0.0 : block_input) + dropout_mask

@@ -64,18 +64,27 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
   s.act_bytes = bytes_of(m.dtype);
   if (m.is_moe()) {
     const double E = m.moe.experts;
+    s.local_experts = m.moe.experts / s.e;
     // With sequence parallelism the router sees this rank's s/t tokens and capacity follows them.
     const std::int64_t router_tokens = s.sp ? (s.tokens + s.t - 1) / s.t : s.tokens;
-    s.capacity = std::max<std::int64_t>(
-        std::int64_t(std::ceil(m.moe.top_k * m.moe.capacity_factor * double(router_tokens) / E)), m.moe.min_capacity);
+    if (m.moe.dropless()) {
+      // Dropless: each expert gets k T / E tokens from each source rank on average; the busiest
+      // expert `imbalance` times that. The busiest rank holds it beside local experts at the mean
+      // (the least its load can be given that expert), and sets everyone's pace: C is its per
+      // expert average, so the all-to-all, the grouped GEMM and the buffers are the busiest rank's.
+      s.load_factor = (double(s.local_experts) - 1.0 + m.moe.imbalance) / double(s.local_experts);
+      s.capacity = std::max<std::int64_t>(1, std::int64_t(std::ceil(m.moe.top_k * double(router_tokens) / E * s.load_factor)));
+    } else {
+      s.capacity = std::max<std::int64_t>(
+          std::int64_t(std::ceil(m.moe.top_k * m.moe.capacity_factor * double(router_tokens) / E)), m.moe.min_capacity);
+    }
     s.capacity_a2a = (c.dtd && s.t > 1 && !s.sp) ? (s.capacity + s.t - 1) / s.t : s.capacity;
-    s.local_experts = m.moe.experts / s.e;
     // With expert TP every tensor rank runs all tokens of its experts on a 1/t slice of F (after
     // DTD's or SP's gather: with SP, all t ranks' C each); without it experts are whole and each
     // tensor rank runs the C' tokens it received.
     const std::int64_t rows_per_source = c.expert_tp ? (s.sp ? s.t * s.capacity : s.capacity) : s.capacity_a2a;
     s.expert_rows = std::int64_t(s.e) * rows_per_source;
-    s.ffn_local = c.expert_tp ? m.ffn / s.t : m.ffn;
+    s.ffn_local = c.expert_tp ? m.expert_ffn() / s.t : m.expert_ffn();
   }
   return s;
 }
@@ -89,7 +98,9 @@ const char* sp_backward_name(const char* forward) {
                                          {"sp_allgather_mlp", "sp_reducescatter_mlp_bwd"},
                                          {"sp_reducescatter_mlp", "sp_allgather_mlp_bwd"},
                                          {"sp_allgather_expert", "sp_reducescatter_expert_bwd"},
-                                         {"sp_reducescatter_expert", "sp_allgather_expert_bwd"}};
+                                         {"sp_reducescatter_expert", "sp_allgather_expert_bwd"},
+                                         {"sp_allgather_shared", "sp_reducescatter_shared_bwd"},
+                                         {"sp_reducescatter_shared", "sp_allgather_shared_bwd"}};
   for (const auto& p : pairs)
     if (std::strcmp(forward, p[0]) == 0) return p[1];
   return forward;
@@ -274,17 +285,17 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   // embedding, Megatron attention and MLP); experts over tensor (when expert TP) and expert groups.
   const double t = s.t;
   const double expert_split = c.expert_tp ? t * s.e : double(s.e);
-  const double attn_rank = (m.attention_params() + 4.0 * m.hidden) / t;
+  const double attn_rank = (m.attention_params() + 2.0 * m.norm_params()) / t;
   w.dense.nonexpert_grad_elems = attn_rank + m.mlp_params() / t;
   if (m.is_moe()) {
-    w.moe.nonexpert_grad_elems = attn_rank + double(m.hidden) * m.moe.experts / t;
-    w.moe.expert_grad_elems = double(m.moe.experts) * m.mlp_params() / expert_split;
+    w.moe.nonexpert_grad_elems = attn_rank + (m.router_params() + m.shared_expert_params()) / t;
+    w.moe.expert_grad_elems = double(m.moe.experts) * m.mlp_params(m.expert_ffn()) / expert_split;
   }
   const double embedding_rank = double(m.vocab) * m.hidden / t;
   w.embedding_grad_elems = embedding_rank;
   // The last stage holds the final norm and the LM head: its own weights when untied; when tied,
   // a one-stage run shares the embedding, a pipeline keeps a copy on its last stage (Megatron).
-  w.head_grad_elems = 2.0 * m.hidden / t + ((!m.tie_embeddings || s.p > 1) ? embedding_rank : 0.0);
+  w.head_grad_elems = m.norm_params() / t + ((!m.tie_embeddings || s.p > 1) ? embedding_rank : 0.0);
   w.nonexpert_params_rank = m.nonexpert_params() / t;
   w.expert_params_rank = m.expert_params() / expert_split;
 
@@ -342,8 +353,19 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   };
   const double moe_duplicates =
       (replicated_flops(w.moe.forward) + replicated_flops(w.moe.backward)) * (1.0 - 1.0 / double(s.t));
+  // Dropless: the busiest rank's expert GEMMs run load_factor times the mean tokens; the model's
+  // work is the mean.
+  auto expert_flops = [](const Block& b) {
+    double f = 0;
+    for (int i = 0; i < b.count; ++i)
+      if (std::strncmp(b.ops[i].name, "expert_fc", 9) == 0) f += b.ops[i].flops;
+    return f;
+  };
+  const double imbalance_excess = s.load_factor > 1.0 ? (expert_flops(w.moe.forward) + expert_flops(w.moe.backward)) *
+                                                            (1.0 - 1.0 / s.load_factor)
+                                                      : 0.0;
   w.model_flops_per_microbatch = dense_layers * pass_flops(w.dense, false) +
-                                 moe_layers * (pass_flops(w.moe, false) - moe_duplicates) + head;
+                                 moe_layers * (pass_flops(w.moe, false) - moe_duplicates - imbalance_excess) + head;
 }
 
 }  // namespace tedsim

@@ -69,6 +69,7 @@ struct StepShape {
   std::int64_t expert_rows = 0;     // tokens each local expert processes
   std::int64_t ffn_local = 0;       // expert FFN width per rank: F/t with expert TP, else F
   int local_experts = 0;            // E / e
+  double load_factor = 1.0;         // dropless: the busiest rank's tokens over the mean (1: capacity mode)
   Dtype dtype = Dtype::bf16;
   int act_bytes = 2;
 };

@@ -20,6 +20,9 @@ std::vector<std::string> shipped_names(const std::string& kind) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(data_dir()) / kind, ec))
     if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
+  // Shipped Hugging Face configs: models/hf/NAME/config.json, named hf/NAME.
+  for (const auto& entry : fs::directory_iterator(fs::path(data_dir()) / kind / "hf", ec))
+    if (fs::is_regular_file(entry.path() / "config.json", ec)) names.push_back("hf/" + entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -27,6 +30,11 @@ std::vector<std::string> shipped_names(const std::string& kind) {
 std::string resolve_data_file(const std::string& kind, const std::string& name_or_path) {
   std::error_code ec;
   if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
+  if (kind == "models" && fs::is_directory(name_or_path, ec)) return name_or_path;  // a folder with config.json
+  if (name_or_path.rfind("hf/", 0) == 0) {
+    const fs::path hf = fs::path(data_dir()) / kind / name_or_path / "config.json";
+    if (fs::is_regular_file(hf, ec)) return hf.string();
+  }
   const fs::path shipped = fs::path(data_dir()) / kind / (name_or_path + ".yaml");
   if (name_or_path.find('/') == std::string::npos && fs::is_regular_file(shipped, ec)) return shipped.string();
   std::string known;

@@ -1,7 +1,12 @@
 #pragma once
-// A GPT-style decoder with optional Mixture-of-Experts layers, as read from models/*.yaml.
+// A decoder-only transformer with optional Mixture-of-Experts layers, as read from models/*.yaml or
+// imported from a Hugging Face config.json (spec/hf_config.hpp): GPT-3 / TED shapes, and the shapes
+// MoE models train with now: fine-grained routed experts beside shared experts, dense-first layer
+// patterns, top-k routers of several kinds, dropless routing, head_dim independent of hidden/heads,
+// grouped-query and multi-head latent attention, RMSNorm.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tedsim/core/units.hpp"
 
@@ -10,12 +15,59 @@ namespace tedsim {
 enum class Activation { gelu, swiglu };
 const char* to_string(Activation a);
 
+// How a token's experts and their weights are chosen from the router's logits.
+enum class Router {
+  softmax_topk,  // softmax over all experts, then the top k (DeepSpeed, Qwen-MoE, OLMoE)
+  topk_softmax,  // the top k logits, then softmax over those k (Mixtral, gpt-oss)
+  sigmoid,       // sigmoid scores, top k, renormalized and scaled (DeepSeek-V3)
+};
+const char* to_string(Router r);
+
+enum class Attention { mha, gqa, mla };  // mha: kv_heads = heads; mla: DeepSeek's latent attention
+const char* to_string(Attention a);
+
+enum class Norm { layernorm, rmsnorm };
+const char* to_string(Norm n);
+
+// Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank
+// latents; each head's query/key is a no-position part and a rotary part.
+struct MlaSpec {
+  int q_lora_rank = 0;        // 0: queries are projected directly from the hidden state
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// Measured expert-load imbalance of balanced training: the busiest expert's tokens over the mean.
+// Wang et al., "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts" (arXiv
+// 2408.15664, the balancing DeepSeek-V3 trains with) report the batch-level maximal violation
+// (max load / mean - 1) through training at roughly 0.2 once balanced; tedsim assumes 1.2 unless
+// the model or --imbalance says otherwise, and `validate` reports the measured value beside it.
+inline constexpr double kDefaultImbalance = 1.2;
+
 struct MoeSpec {
-  int experts = 0;             // 0: a dense model
-  int every = 2;               // layer i (0-based) is MoE when i % every == every - 1
+  int experts = 0;             // routed experts; 0: a dense model
+  int every = 2;               // after the first `first_dense` layers, every `every`-th layer is MoE
+  int first_dense = 0;
+  std::vector<int> layers;     // explicit MoE layer indices (0-based); overrides every/first_dense
   int top_k = 1;
-  double capacity_factor = 1.0;
+  double capacity_factor = 1.0;  // 0: dropless (every token reaches its k experts)
   int min_capacity = 4;
+  int ffn = 0;                 // routed expert width (the model's ffn unless given)
+  int shared_experts = 0;      // always-active experts beside the routed ones
+  int shared_ffn = 0;          // width of each shared expert (the routed width unless given)
+  bool shared_gate = false;    // Qwen2-MoE: a sigmoid gate [h, 1] scales the shared experts' output
+  Router router = Router::softmax_topk;
+  bool normalize_topk = false; // softmax_topk: renormalize the k chosen weights to sum to 1
+  double routed_scaling = 1.0; // sigmoid: the routed output is scaled by this
+  int groups = 1;              // group-limited routing: experts in `groups` equal groups, each
+  int topk_groups = 1;         //   token's experts within its best `topk_groups` groups
+  double imbalance = kDefaultImbalance;  // dropless: the busiest expert's tokens over the mean
+
+  bool dropless() const { return capacity_factor == 0; }
+  bool group_limited() const { return groups > 1 && topk_groups < groups; }
 };
 
 struct ModelSpec {
@@ -25,35 +77,62 @@ struct ModelSpec {
   int hidden = 0;
   int heads = 0;
   int kv_heads = 0;            // grouped-query attention; equals heads for multi-head attention
-  int ffn = 0;                 // FFN width F (4h unless the model says)
+  int head_dim_given = 0;      // 0: hidden / heads
+  int ffn = 0;                 // dense FFN width F (4h unless the model says)
   Activation activation = Activation::gelu;
+  Attention attention = Attention::mha;
+  MlaSpec mla;
+  Norm norm = Norm::layernorm;
+  bool linear_bias = false;    // biases on every linear layer (GPT-2/3, gpt-oss)
+  bool qkv_bias = false;       // biases on the query/key/value projections only (Qwen2)
   int vocab = 0;
   int seq_len = 0;
   Dtype dtype = Dtype::fp16;
   bool tie_embeddings = true;
   MoeSpec moe;
+  // From a Hugging Face import: keys read but irrelevant to training cost, and what is costed
+  // more simply than the config says (shown by `model show` and the startup table).
+  std::vector<std::string> ignored_keys, approximations;
 
   bool is_moe() const { return moe.experts > 0; }
-  int head_dim() const { return hidden / heads; }
-  int kv_dim() const { return head_dim() * kv_heads; }
-  bool is_moe_layer(int layer) const { return is_moe() && layer % moe.every == moe.every - 1; }
-  int moe_layers() const { return is_moe() ? layers / moe.every : 0; }
+  bool is_mla() const { return attention == Attention::mla; }
+  int head_dim() const { return head_dim_given > 0 ? head_dim_given : hidden / heads; }
+  int q_dim() const { return heads * head_dim(); }        // query width (all heads)
+  int kv_dim() const { return head_dim() * kv_heads; }    // key (= value) width
+  int attention_out_dim() const { return is_mla() ? heads * mla.v_head_dim : q_dim(); }
+  int expert_ffn() const { return moe.ffn > 0 ? moe.ffn : ffn; }
+  int shared_ffn() const { return moe.shared_ffn > 0 ? moe.shared_ffn : expert_ffn(); }
+  int shared_width() const { return moe.shared_experts * shared_ffn(); }  // all shared experts side by side
+  bool is_moe_layer(int layer) const;
+  int moe_layers() const;
   int dense_layers() const { return layers - moe_layers(); }
+  std::string layer_pattern() const;  // e.g. "3 dense, then 58 MoE" or "D M D M ..."
 
   // Parameter counts (whole model, before any parallel split).
-  double attention_params() const;     // per layer: QKV and output projection
-  double mlp_params() const;           // one dense MLP (= one expert)
-  double nonexpert_params() const;     // everything but experts: embeddings, attention, norms, dense MLPs, gates
-  double expert_params() const;        // all experts of all MoE layers
+  double attention_params() const;     // per layer: projections (and MLA's latent norms)
+  double norm_params() const;          // one norm
+  double mlp_params(int width) const;  // one MLP of that width (dense MLP or one expert)
+  double mlp_params() const { return mlp_params(ffn); }
+  double router_params() const;        // one MoE layer's router (and shared-expert gate)
+  double shared_expert_params() const; // one MoE layer's shared experts
+  double embedding_params() const;     // input embedding and, untied, the LM head
+  double nonexpert_params() const;     // everything but routed experts
+  double expert_params() const;        // all routed experts of all MoE layers
   double total_params() const { return nonexpert_params() + expert_params(); }
+  // What one token's forward uses: all but the routed experts it is not sent to. Publishers differ
+  // on the input embedding (a lookup, no multiply): Mistral and Qwen count it, DeepSeek and OpenAI
+  // do not; both figures are given.
+  double active_params() const;
+  double active_params_without_input_embedding() const { return active_params() - double(vocab) * hidden; }
 
   // Overrides from the command line, re-validated.
   void set_experts(int experts);
   void validate(const std::string& origin) const;  // throws InputError naming origin
 };
 
-// Loads a model file; unknown keys, wrong types and impossible values are InputErrors with
-// file:line:column and the key.
+// Loads a model: a YAML file of ours, or a Hugging Face config.json (the file, or a folder holding
+// one). Unknown keys, wrong types and impossible values are InputErrors with the file and the key.
 ModelSpec load_model(const std::string& path);
+ModelSpec load_model_yaml(const std::string& path);
 
 }  // namespace tedsim

@@ -38,6 +38,10 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
   if (m.hidden % c.tp != 0) return "tp " + s(c.tp) + " does not divide hidden " + s(m.hidden);
   if (m.ffn % c.tp != 0) return "tp " + s(c.tp) + " does not divide ffn " + s(m.ffn);
   if (m.vocab % c.tp != 0) return "tp " + s(c.tp) + " does not divide vocab " + s(m.vocab);
+  if (m.is_moe() && c.expert_tp && m.expert_ffn() % c.tp != 0)
+    return "tp " + s(c.tp) + " does not divide the expert width " + s(m.expert_ffn()) + " (expert TP splits it; try --no-expert-tp)";
+  if (m.is_moe() && m.shared_width() % c.tp != 0)
+    return "tp " + s(c.tp) + " does not divide the shared experts' width " + s(m.shared_width());
   if (!m.is_moe() && c.ep != 1) return "ep " + s(c.ep) + " needs a MoE model (this one is dense)";
   if (m.is_moe() && m.moe.experts % c.ep != 0) return "ep " + s(c.ep) + " does not divide experts " + s(m.moe.experts);
   if (c.stage_gpus() % (c.tp * c.ep) != 0)
@@ -69,6 +73,7 @@ std::string ParallelConfig::describe() const {
   if (sequence_parallel) text += " sp";
   text += " zero" + std::to_string(zero);
   text += expert_tp ? " etp" : " -";
+  if (shared_expert_overlap) text += " seo";
   text += layout == RankLayout::ted ? " ted" : " dbe";
   return text;
 }

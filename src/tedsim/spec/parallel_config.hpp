@@ -28,6 +28,7 @@ struct ParallelConfig {
   std::string pipeline_layout;  // Megatron-Core's --pipeline-model-parallel-layout; empty: even split
   bool expert_tp = true;    // experts split over the tensor group (else whole, C/t tokens per rank)
   bool tiled_optimizer = true;  // expert optimizer step in tiles (no fp32 upcast spike)
+  bool shared_expert_overlap = false;  // Megatron-Core's --moe-shared-expert-overlap (side stream)
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage

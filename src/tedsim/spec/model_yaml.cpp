@@ -1,0 +1,119 @@
+// Reads tedsim's own model files (models/*.yaml): every key read or rejected, every value checked.
+#include "tedsim/core/error.hpp"
+#include "tedsim/core/yaml_reader.hpp"
+#include "tedsim/spec/model_spec.hpp"
+
+namespace tedsim {
+namespace {
+
+template <typename Enum, std::size_t N>
+Enum choice(const YamlMap& map, const std::string& key, const std::string& fallback,
+            const std::pair<const char*, Enum> (&options)[N]) {
+  const std::string text = map.text(key, fallback);
+  std::string names;
+  for (const auto& [name, value] : options) {
+    if (text == name) return value;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  map.fail(key, "expected one of " + names + ", got '" + text + "'");
+}
+
+void read_mla(const YamlMap& root, ModelSpec& m) {
+  const YamlMap mla = root.child("mla");
+  m.mla.q_lora_rank = int(mla.integer("q_lora_rank", 0));
+  if (m.mla.q_lora_rank < 0) mla.fail("q_lora_rank", "expected a non-negative rank (0: no query latent)");
+  m.mla.kv_lora_rank = int(mla.positive_integer("kv_lora_rank"));
+  m.mla.qk_nope_head_dim = int(mla.positive_integer("qk_nope_head_dim"));
+  m.mla.qk_rope_head_dim = int(mla.positive_integer("qk_rope_head_dim"));
+  m.mla.v_head_dim = int(mla.positive_integer("v_head_dim"));
+  mla.reject_unknown_keys();
+}
+
+void read_moe(const YamlMap& root, ModelSpec& m) {
+  const YamlMap moe = root.child("moe");
+  MoeSpec& e = m.moe;
+  e.experts = int(moe.integer("experts"));
+  if (e.experts < 0) moe.fail("experts", "expected a non-negative count (0 = dense)");
+  if (moe.has("layers")) {
+    if (moe.has("every") || moe.has("first_dense")) moe.fail("layers", "give either layers or every/first_dense, not both");
+    e.layers = moe.increasing_integers("layers");
+    for (int l : e.layers)
+      if (l >= m.layers) moe.fail("layers", "layer " + std::to_string(l) + " is outside 0.." + std::to_string(m.layers - 1));
+  }
+  e.every = int(moe.positive_integer("every", 2));
+  e.first_dense = int(moe.integer("first_dense", 0));
+  if (e.first_dense < 0) moe.fail("first_dense", "expected a non-negative count of leading dense layers");
+  e.top_k = int(moe.positive_integer("top_k", 1));
+  if (e.experts > 0 && e.top_k > e.experts)
+    moe.fail("top_k", "expected at most the expert count (" + std::to_string(e.experts) + "), got " + std::to_string(e.top_k));
+  e.capacity_factor = moe.nonnegative_number("capacity_factor", -1.0);
+  if (e.capacity_factor < 0) moe.fail("capacity_factor", "missing (required): a capacity factor, or 0 for dropless routing");
+  e.min_capacity = int(moe.integer("min_capacity", 4));
+  if (e.min_capacity < 0) moe.fail("min_capacity", "expected a non-negative count");
+  e.imbalance = moe.nonnegative_number("imbalance", kDefaultImbalance);
+  if (e.imbalance < 1.0) moe.fail("imbalance", "expected at least 1 (the busiest expert's tokens over the mean)");
+  e.ffn = int(moe.positive_integer("ffn", m.ffn));
+  e.shared_experts = int(moe.integer("shared_experts", 0));
+  if (e.shared_experts < 0) moe.fail("shared_experts", "expected a non-negative count");
+  e.shared_ffn = int(moe.positive_integer("shared_ffn", e.ffn));
+  e.shared_gate = moe.boolean("shared_gate", false);
+  if (e.shared_gate && e.shared_experts == 0) moe.fail("shared_gate", "needs shared_experts > 0");
+  static const std::pair<const char*, Router> routers[] = {
+      {"softmax_topk", Router::softmax_topk}, {"topk_softmax", Router::topk_softmax}, {"sigmoid", Router::sigmoid}};
+  e.router = choice(moe, "router", "softmax_topk", routers);
+  e.normalize_topk = moe.boolean("normalize_topk", e.router == Router::sigmoid);
+  if (e.router == Router::topk_softmax && moe.has("normalize_topk"))
+    moe.fail("normalize_topk", "topk_softmax weights already sum to 1");
+  e.routed_scaling = moe.has("routed_scaling") ? moe.positive_number("routed_scaling") : 1.0;
+  e.groups = int(moe.positive_integer("groups", 1));
+  e.topk_groups = int(moe.positive_integer("topk_groups", e.groups));
+  if (e.topk_groups > e.groups) moe.fail("topk_groups", "expected at most groups (" + std::to_string(e.groups) + ")");
+  if (e.groups > 1 && e.experts % e.groups != 0)
+    moe.fail("groups", "must divide experts (" + std::to_string(e.experts) + ")");
+  moe.reject_unknown_keys();
+}
+
+}  // namespace
+
+ModelSpec load_model_yaml(const std::string& path) {
+  const YamlMap root = YamlMap::load_file(path);
+  ModelSpec m;
+  m.name = root.text("name");
+  m.source = root.text("source", "");
+  m.layers = int(root.positive_integer("layers"));
+  m.hidden = int(root.positive_integer("hidden"));
+  m.heads = int(root.positive_integer("heads"));
+  m.kv_heads = int(root.positive_integer("kv_heads", m.heads));
+  m.head_dim_given = root.has("head_dim") ? int(root.positive_integer("head_dim")) : 0;
+  m.ffn = int(root.positive_integer("ffn", 4 * std::int64_t(m.hidden)));
+  static const std::pair<const char*, Activation> activations[] = {{"gelu", Activation::gelu}, {"swiglu", Activation::swiglu}};
+  m.activation = choice(root, "activation", "gelu", activations);
+  static const std::pair<const char*, Attention> attentions[] = {
+      {"mha", Attention::mha}, {"gqa", Attention::gqa}, {"mla", Attention::mla}};
+  m.attention = choice(root, "attention", m.kv_heads == m.heads ? "mha" : "gqa", attentions);
+  if (m.attention == Attention::mha && m.kv_heads != m.heads) root.fail("attention", "mha needs kv_heads = heads; use gqa");
+  if (m.attention == Attention::mla) read_mla(root, m);
+  else if (root.has("mla")) root.fail("mla", "MLA ranks need attention: mla");
+  static const std::pair<const char*, Norm> norms[] = {{"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}};
+  m.norm = choice(root, "norm", "layernorm", norms);
+  m.linear_bias = root.boolean("bias", false);
+  m.qkv_bias = root.boolean("qkv_bias", false);
+  m.vocab = int(root.positive_integer("vocab"));
+  m.seq_len = int(root.positive_integer("seq_len"));
+  try {
+    m.dtype = parse_dtype(root.text("dtype", "bf16"));
+  } catch (const InputError& e) {
+    root.fail("dtype", e.what());
+  }
+  m.tie_embeddings = root.boolean("tie_embeddings", true);
+  if (root.has("moe")) read_moe(root, m);
+  else m.moe.experts = 0;
+  root.reject_unknown_keys();
+  if (m.head_dim_given == 0 && !m.is_mla() && m.hidden % m.heads != 0)
+    root.fail("heads", "must divide hidden (" + std::to_string(m.hidden) + "), or give head_dim");
+  if (m.heads % m.kv_heads != 0) root.fail("kv_heads", "must divide heads (" + std::to_string(m.heads) + ")");
+  m.validate(path);
+  return m;
+}
+
+}  // namespace tedsim
