@@ -87,9 +87,22 @@ def fields(name, seen=()):
             out += fields(base.id, seen + (name,))
     for stmt in node.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-            default_true = isinstance(stmt.value, ast.Constant) and stmt.value.value is True
+            default = stmt.value
+            names = None
+            # field(default=..., metadata={"argparse_meta": {"arg_names": [...]}}): the names given win.
+            if isinstance(default, ast.Call) and getattr(default.func, "id", None) == "field":
+                kws = {kw.arg: kw.value for kw in default.keywords}
+                default = kws.get("default")
+                meta = kws.get("metadata")
+                if isinstance(meta, ast.Dict):
+                    for k, v in zip(meta.keys, meta.values):
+                        if isinstance(k, ast.Constant) and k.value == "argparse_meta" and isinstance(v, ast.Dict):
+                            for k2, v2 in zip(v.keys, v.values):
+                                if isinstance(k2, ast.Constant) and k2.value == "arg_names" and isinstance(v2, (ast.List, ast.Tuple)):
+                                    names = [e.value for e in v2.elts if isinstance(e, ast.Constant)]
+            default_true = isinstance(default, ast.Constant) and default.value is True
             is_bool = isinstance(stmt.annotation, ast.Name) and stmt.annotation.id == "bool"
-            out.append((stmt.target.id, is_bool and default_true))
+            out.append((stmt.target.id, is_bool and default_true, names))
     return out
 
 
@@ -107,11 +120,13 @@ for node in ast.walk(tree):
                     if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == kw.value.id for t in n.targets):
                         if isinstance(n.value, (ast.List, ast.Tuple)):
                             exclude |= {e.value for e in n.value.elts if isinstance(e, ast.Constant)}
-        for name, store_false in fields(cls):
+        for name, store_false, names in fields(cls):
             if name.startswith("_") or name in exclude:
                 continue
             dashed = name.replace("_", "-")
-            if store_false:
+            if names:
+                flags.update(names)
+            elif store_false:
                 flags.update({"--no-" + dashed, "--disable-" + dashed})
             else:
                 flags.add("--" + dashed)

@@ -22,6 +22,10 @@ void add_input_options(CLI::App& app, InputOptions& o) {
   app.add_option("--model", o.model, "shipped model name or path to a model YAML")->capture_default_str();
   app.add_option("--topology", o.topology, "shipped topology name or path to a topology YAML")->capture_default_str();
   app.add_option("--experts", o.experts, "override the expert count (0 = dense model)");
+  app.add_option("--capacity-factor", o.capacity_factor, "override the MoE capacity factor (0: dropless routing)");
+  app.add_option("--imbalance", o.imbalance,
+                 "dropless: the busiest expert's tokens over the mean (default: the model's, else " +
+                     fixed(kDefaultImbalance, 1) + ")");
   app.add_option("--dtype", o.dtype, "override the training dtype (fp32, fp16, bf16)");
   app.add_option("--gpus", o.gpus, "devices in the cluster (need not fill whole nodes)")->capture_default_str();
   app.add_option("--global-batch", o.global_batch, "sequences per iteration")->capture_default_str();
@@ -71,6 +75,9 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   add_switch(app, "sequence-parallel", o.sequence_parallel, "sequence parallelism with tensor parallelism");
   add_switch(app, "expert-tp", o.expert_tp, "split experts over the tensor group");
   add_switch(app, "tiled-optimizer", o.tiled, "tile the expert optimizer step");
+  add_switch(app, "shared-expert-overlap", o.shared_expert_overlap,
+             "run shared experts on a side stream during the dispatch/combine all-to-alls (Megatron-Core's "
+             "--moe-shared-expert-overlap)");
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
 }
 
@@ -142,6 +149,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.cac = k.cac_given ? k.cac : k.cac && c.full_recompute();
   c.expert_tp = k.expert_tp;
   c.tiled_optimizer = k.tiled;
+  c.shared_expert_overlap = k.shared_expert_overlap;
   c.layout = parse_layout(k.layout);
   const std::string why = config_violation(c, model);
   if (!why.empty()) {
@@ -187,12 +195,32 @@ void write_json_with_inputs(const std::string& path, nlohmann::json doc, const I
 
 std::ostream& human_stream(const InputOptions& o) { return o.json == "-" ? std::cerr : std::cout; }
 
+void apply_routing_overrides(const InputOptions& o, ModelSpec& m) {
+  if (o.capacity_factor) {
+    if (!m.is_moe()) throw InputError("--capacity-factor: model '" + m.name + "' is dense (no experts)");
+    if (!(*o.capacity_factor >= 0) || *o.capacity_factor > 1e3)
+      throw InputError("--capacity-factor: expected a factor >= 0 (0: dropless), got " + fixed(*o.capacity_factor, 3));
+    m.moe.capacity_factor = *o.capacity_factor;
+  }
+  if (o.imbalance) {
+    if (!m.is_moe()) throw InputError("--imbalance: model '" + m.name + "' is dense (no experts)");
+    if (!(*o.imbalance >= 1.0) || *o.imbalance > double(m.moe.experts))
+      throw InputError("--imbalance: expected the busiest expert's load over the mean, from 1 to the expert count (" +
+                       std::to_string(m.moe.experts) + "), got " + fixed(*o.imbalance, 3));
+    if (!m.moe.dropless())
+      throw InputError("--imbalance applies to dropless routing; model '" + m.name + "' has capacity factor " +
+                       fixed(m.moe.capacity_factor, 2) + " (add --capacity-factor 0)");
+    m.moe.imbalance = *o.imbalance;
+  }
+}
+
 Inputs load_inputs(const InputOptions& o) {
   Inputs in;
   in.model_file = resolve_data_file("models", o.model);
   in.topology_file = resolve_data_file("topologies", o.topology);
   in.model = load_model(in.model_file);
   if (o.experts) in.model.set_experts(*o.experts);
+  apply_routing_overrides(o, in.model);
   if (!o.dtype.empty()) in.model.dtype = parse_dtype(o.dtype);
   in.topology = load_topology(in.topology_file);
   if (o.gpus <= 0) throw InputError("--gpus: expected a positive device count, got " + std::to_string(o.gpus));
@@ -214,6 +242,18 @@ Inputs load_inputs(const InputOptions& o) {
 namespace {
 
 // 38.86 B, 1.21 M, 524 K: parameter counts at a glance.
+std::string moe_text(const ModelSpec& m) {
+  const MoeSpec& e = m.moe;
+  std::string text = std::to_string(e.experts) + " of width " + std::to_string(m.expert_ffn()) + " on " +
+                     std::to_string(m.moe_layers()) + " of " + std::to_string(m.layers) + " layers, top-" +
+                     std::to_string(e.top_k) + " " + to_string(e.router);
+  if (e.group_limited()) text += " within " + std::to_string(e.topk_groups) + "/" + std::to_string(e.groups) + " groups";
+  if (e.shared_experts > 0) text += ", " + std::to_string(e.shared_experts) + " shared of width " + std::to_string(m.shared_ffn());
+  if (e.dropless()) text += ", dropless (busiest expert " + fixed(e.imbalance, 2) + "x the mean)";
+  else text += ", capacity factor " + fixed(e.capacity_factor, 2) + ", min capacity " + std::to_string(e.min_capacity);
+  return text;
+}
+
 std::string count_text(double n) {
   if (n >= 1e9) return fixed(n / 1e9, 2) + " B";
   if (n >= 1e6) return fixed(n / 1e6, 2) + " M";
@@ -234,12 +274,18 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
                                 std::to_string(m.heads) + " heads (" + std::to_string(m.kv_heads) + " kv), ffn " +
                                 std::to_string(m.ffn) + " " + to_string(m.activation) + ", vocab " +
                                 std::to_string(m.vocab) + ", seq " + std::to_string(o.seq_len > 0 ? o.seq_len : m.seq_len) +
+                                (o.seq_len == 0 && m.source.rfind("Hugging Face", 0) == 0
+                                     ? " (a Hugging Face config has no training length; --seq sets it)"
+                                     : "") +
                                 ", " + to_string(m.dtype)});
-  table.add_row({"  experts", m.is_moe() ? std::to_string(m.moe.experts) + " every " + std::to_string(m.moe.every) +
-                                               " layers, top-" + std::to_string(m.moe.top_k) + ", capacity factor " +
-                                               fixed(m.moe.capacity_factor, 2) + ", min capacity " +
-                                               std::to_string(m.moe.min_capacity)
-                                         : std::string("none (dense)")});
+  if (m.head_dim_given > 0 || m.is_mla() || m.norm == Norm::rmsnorm)
+    table.add_row({"  attention", std::string(to_string(m.attention)) +
+                                      (m.is_mla() ? ", kv latent " + std::to_string(m.mla.kv_lora_rank) + ", q latent " +
+                                                        std::to_string(m.mla.q_lora_rank)
+                                                  : ", head_dim " + std::to_string(m.head_dim())) +
+                                      ", " + to_string(m.norm)});
+  for (const std::string& a : m.approximations) table.add_row({"  approximated", a});
+  table.add_row({"  experts", m.is_moe() ? moe_text(m) : std::string("none (dense)")});
   table.add_row({"  parameters", count_text(m.total_params()) + " (" + count_text(m.nonexpert_params()) +
                                      " non-expert, " + count_text(m.expert_params()) + " expert)"});
   table.add_row({"topology", t.name + " (" + in.topology_file + ")"});

@@ -21,6 +21,8 @@ struct InputOptions {
   std::string model = "ted-6.7b";
   std::string topology = "summit";
   std::optional<int> experts;  // unset: the model's
+  std::optional<double> capacity_factor;  // unset: the model's (0: dropless)
+  std::optional<double> imbalance;        // unset: the model's
   std::string dtype;       // empty: the model's
   int gpus = 128;
   int global_batch = 1024;
@@ -40,6 +42,7 @@ struct Inputs {
 struct ConfigOptions {
   int pp = 1, vpp = 1, tp = 1, ep = 1, micro_batch = 1, zero = 1;
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true, sequence_parallel = false;
+  bool shared_expert_overlap = false;
   std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
   std::string recompute_modules = "core_attn";
   std::string pipeline_layout;
@@ -65,6 +68,8 @@ void note_defaulted_degrees(const CLI::App& app, ConfigOptions& options);
 // and batch.
 ParallelConfig resolve_config(const ConfigOptions& knobs, const InputOptions& inputs, const ModelSpec& model);
 Inputs load_inputs(const InputOptions& options);
+// --capacity-factor and --imbalance onto the model, checked.
+void apply_routing_overrides(const InputOptions& options, ModelSpec& model);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);

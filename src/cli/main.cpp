@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   cli::Action action;
   cli::register_simulate(app, action);
   cli::register_search(app, action);
+  cli::register_model(app, action);
 #if TEDSIM_CALIBRATION_AVAILABLE
   cli::register_calibrate(app, action);
   cli::register_profile(app, action);

@@ -35,11 +35,15 @@ std::string header(const ModelSpec& m, const TopologySpec& t, const Prediction& 
   return h;
 }
 
-// TED's MoE layers are the odd ones (layer i when i % every == every - 1): Megatron's pattern list.
+// Megatron's --moe-layer-freq: 1 for every layer, a compact pattern where one exists, else the list.
 std::string moe_layer_pattern(const ModelSpec& m) {
+  if (m.moe_layers() == m.layers) return "1";
+  int first_moe = 0;
+  while (!m.is_moe_layer(first_moe)) ++first_moe;
+  if (first_moe + m.moe_layers() == m.layers) return "\"([0]*" + n(first_moe) + "+[1]*" + n(m.moe_layers()) + ")\"";
   const int every = m.moe.every;
-  if (every == 1) return "1";
-  if (m.layers % every == 0) return "\"([0]*" + n(every - 1) + "+[1])*" + n(m.layers / every) + "\"";
+  if (m.moe.layers.empty() && m.moe.first_dense == 0 && m.layers % every == 0)
+    return "\"([0]*" + n(every - 1) + "+[1])*" + n(m.layers / every) + "\"";
   std::string list = "\"[";
   for (int l = 0; l < m.layers; ++l) list += (l ? "," : "") + std::string(m.is_moe_layer(l) ? "1" : "0");
   return list + "]\"";
@@ -62,6 +66,18 @@ void model_shape(ArgList& a, const ModelSpec& m, int seq, bool megatron_core) {
     }
   }
   a.flag("--ffn-hidden-size", n(m.ffn));
+  if (m.head_dim_given > 0 && !m.is_mla()) a.flag("--kv-channels", n(m.head_dim()));
+  if (m.is_mla() && megatron_core) {
+    a.flag("--multi-latent-attention");
+    if (m.mla.q_lora_rank > 0) a.flag("--q-lora-rank", n(m.mla.q_lora_rank));
+    a.flag("--kv-lora-rank", n(m.mla.kv_lora_rank));
+    a.flag("--qk-head-dim", n(m.mla.qk_nope_head_dim));
+    a.flag("--qk-pos-emb-head-dim", n(m.mla.qk_rope_head_dim));
+    a.flag("--v-head-dim", n(m.mla.v_head_dim));
+  }
+  if (m.norm == Norm::rmsnorm) a.flag("--normalization", "RMSNorm");
+  if (!m.linear_bias) a.flag("--disable-bias-linear");
+  if (m.qkv_bias && !m.linear_bias) a.flag("--add-qkv-bias");
   if (m.activation == Activation::swiglu) a.flag("--swiglu");
   if (!m.tie_embeddings) a.flag("--untie-embeddings-and-output-weights");
   a.flag("--seq-length", n(seq));
@@ -104,17 +120,39 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
   if (!precision.empty()) a.flag(precision);
   if (m.is_moe()) {
     a.flag("--num-experts", n(m.moe.experts));
-    a.flag("--moe-layer-freq", moe_layer_pattern(m),
-           m.moe.every == 1 ? "every layer is MoE" : "TED's MoE layers: one in " + n(m.moe.every) + ", from layer " + n(m.moe.every - 1));
+    a.flag("--moe-layer-freq", moe_layer_pattern(m), "tedsim's layer pattern: " + m.layer_pattern());
+    if (m.expert_ffn() != m.ffn) a.flag("--moe-ffn-hidden-size", n(m.expert_ffn()));
+    if (m.moe.shared_experts > 0) {
+      a.flag("--moe-shared-expert-intermediate-size", n(m.shared_width()), n(m.moe.shared_experts) + " shared expert(s) side by side");
+      if (m.moe.shared_gate) a.flag("--moe-shared-expert-gate");
+      if (c.shared_expert_overlap) a.flag("--moe-shared-expert-overlap");
+    }
     a.flag("--moe-router-topk", n(m.moe.top_k));
+    switch (m.moe.router) {
+      case Router::softmax_topk: a.flag("--moe-router-pre-softmax", "", "softmax over all experts, then top-k"); break;
+      case Router::topk_softmax: break;  // Megatron's default: top-k of the logits, then softmax
+      case Router::sigmoid:
+        a.flag("--moe-router-score-function", "sigmoid");
+        a.flag("--moe-router-enable-expert-bias", "", "DeepSeek-V3's auxiliary-loss-free balancing");
+        break;
+    }
+    if (m.moe.routed_scaling != 1.0) a.flag("--moe-router-topk-scaling-factor", fixed(m.moe.routed_scaling, 2));
+    if (m.moe.group_limited()) {
+      a.flag("--moe-router-num-groups", n(m.moe.groups));
+      a.flag("--moe-router-group-topk", n(m.moe.topk_groups));
+    }
     a.flag("--expert-model-parallel-size", n(c.ep));
     a.flag("--expert-tensor-parallel-size", n(c.expert_tp ? c.tp : 1));
     a.flag("--moe-token-dispatcher-type", "alltoall");
     a.flag("--moe-grouped-gemm");
-    a.flag("--moe-router-load-balancing-type", "aux_loss");
-    a.flag("--moe-expert-capacity-factor", fixed(m.moe.capacity_factor, 2));
-    a.flag("--moe-pad-expert-input-to-capacity");
-    a.flag("--moe-token-drop-policy", "position", "drops by token order, as TED's capacity does");
+    a.flag("--moe-router-load-balancing-type", m.moe.router == Router::sigmoid ? "seq_aux_loss" : "aux_loss");
+    if (!m.moe.dropless()) {
+      a.flag("--moe-expert-capacity-factor", fixed(m.moe.capacity_factor, 2));
+      a.flag("--moe-pad-expert-input-to-capacity");
+      a.flag("--moe-token-drop-policy", "position", "drops by token order, as TED's capacity does");
+    } else {
+      a.comment("dropless: no capacity factor (tedsim planned the busiest expert at " + fixed(m.moe.imbalance, 2) + "x the mean)");
+    }
   }
   std::string out = header(m, topo, p, "Megatron-LM pretrain_gpt.py arguments (names of Megatron-LM d98e8a6, megatron/training/arguments.py)");
   out += a.str();
@@ -125,7 +163,7 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
   if (m.is_moe() && c.layout == RankLayout::data_before_expert)
     out += "#   the data-before-expert rank layout: Megatron orders ranks tp-ep-dp-pp (tedsim's 'ted' layout)\n";
   if (m.is_moe() && !c.tiled_optimizer) out += "#   the untiled expert optimizer step (Megatron's optimizer has no such switch)\n";
-  if (m.moe.min_capacity > 0 && m.is_moe()) out += "#   a minimum capacity of " + n(m.moe.min_capacity) + " tokens per expert\n";
+  if (m.moe.min_capacity > 0 && m.is_moe() && !m.moe.dropless()) out += "#   a minimum capacity of " + n(m.moe.min_capacity) + " tokens per expert\n";
   return out;
 }
 

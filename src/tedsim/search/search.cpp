@@ -78,6 +78,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             c.zero = zero;
                             c.expert_tp = expert_tp;
                             c.tiled_optimizer = tiled;
+                            c.shared_expert_overlap = space.shared_expert_overlap && m.moe.shared_experts > 0;
                             c.layout = layout;
                             if (config_is_valid(c, m)) configs.push_back(c);
                           }

@@ -20,6 +20,9 @@ struct SearchSpace {
   int max_pp = 0;     // pipeline degrees up to this (0: every divisor of the devices)
   int max_vpp = 8;    // model chunks per pipeline rank up to this (V > 1 where P x V divides the layers)
   bool sequence_parallel = true;  // consider SP where t > 1
+  // Shared experts on a side stream during the all-to-alls: it only hides time, so every plan of a
+  // model with shared experts uses it (Megatron-Core's --moe-shared-expert-overlap).
+  bool shared_expert_overlap = true;
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };
 

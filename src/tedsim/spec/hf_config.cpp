@@ -24,7 +24,7 @@ const char* const kIgnoredKeys[] = {
     "initial_context_length", "use_cache", "attention_dropout", "hidden_dropout", "output_router_logits",
     "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise", "pretraining_tp",
     "quantization_config", "auto_map", "id2label", "label2id", "tokenizer_class", "ep_size",
-    "clip_qkv", "swiglu_limit", "num_nextn_predict_layers", "max_window_layers", "qk_layernorm",
+    "clip_qkv", "swiglu_limit", "max_window_layers", "qk_layernorm",
     "use_qk_norm", "return_dict", "_attn_implementation", "bias_correction",
 };
 
@@ -363,11 +363,10 @@ HfImport import_hf_config(const std::string& path) {
   read_activation(r, m);
   read_attention(r, family, m, out);
   if (is_moe_family(family)) read_moe(r, family, m);
-  out.ignored = r.finish();
-  if (root.contains("num_nextn_predict_layers") && root.at("num_nextn_predict_layers").is_number_integer() &&
-      root.at("num_nextn_predict_layers").get<int>() > 0)
-    out.approximated.push_back("num_nextn_predict_layers " + std::to_string(root.at("num_nextn_predict_layers").get<int>()) +
+  if (const std::int64_t mtp = r.nonnegative("num_nextn_predict_layers", 0); mtp > 0)
+    out.approximated.push_back("num_nextn_predict_layers " + std::to_string(mtp) +
                                ": the multi-token-prediction layers are not counted or costed (DeepSeek's 671B excludes them too)");
+  out.ignored = r.finish();
   m.ignored_keys = out.ignored;
   m.approximations = out.approximated;
   m.validate(path);
