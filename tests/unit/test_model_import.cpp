@@ -1,0 +1,246 @@
+// Today's MoE shapes: Hugging Face import against the published parameter counts, the YAML twins
+// against their imports, layer patterns, and the cost model's new parts (shared experts, MLA,
+// dropless load, grouped expert GEMMs).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "test_helpers.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/model/model_summary.hpp"
+#include "tedsim/spec/hf_config.hpp"
+
+namespace tedsim {
+namespace {
+
+// A published size like "3.3B" is a rounded figure: it says the count lies within half a unit of
+// its last digit. tedsim's count must be within 1% of the figure, that rounding allowed for.
+void expect_published(double ours, double published, double last_digit, const std::string& what) {
+  const double allowed = 0.01 * published + 0.5 * last_digit;
+  EXPECT_LE(std::abs(ours - published), allowed)
+      << what << ": tedsim counts " << ours / 1e9 << " B, published " << published / 1e9 << " B";
+}
+
+struct Published {
+  const char* model;
+  double total, total_digit;    // parameters, and one unit of the published figure's last digit
+  double active, active_digit;
+  bool counts_input_embedding;  // the publisher's convention for active parameters
+};
+
+class PublishedSizes : public ::testing::TestWithParam<Published> {};
+
+TEST_P(PublishedSizes, HuggingFaceImportMatchesThePublishedCounts) {
+  const Published p = GetParam();
+  const ModelSpec m = test::model(std::string("hf/") + p.model);
+  expect_published(m.total_params(), p.total, p.total_digit, std::string(p.model) + " total");
+  const double active = p.counts_input_embedding ? m.active_params() : m.active_params_without_input_embedding();
+  expect_published(active, p.active, p.active_digit, std::string(p.model) + " active");
+}
+
+constexpr double B = 1e9;
+INSTANTIATE_TEST_SUITE_P(
+    Models, PublishedSizes,
+    ::testing::Values(
+        // DeepSeek-V3 report: 671B total, 37B activated; the 14B MTP module is not in either.
+        Published{"deepseek-v3", 671 * B, 1 * B, 37 * B, 1 * B, false},
+        Published{"qwen3-235b-a22b", 235 * B, 1 * B, 22 * B, 1 * B, true},
+        Published{"qwen3-30b-a3b", 30.5 * B, 0.1 * B, 3.3 * B, 0.1 * B, true},
+        Published{"mixtral-8x7b", 46.7 * B, 0.1 * B, 12.9 * B, 0.1 * B, true},
+        Published{"mixtral-8x22b", 141 * B, 1 * B, 39 * B, 1 * B, true},
+        Published{"olmoe-1b-7b", 6.9 * B, 0.1 * B, 1.3 * B, 0.1 * B, true},
+        // OpenAI's model card: 116.83B total, 5.13B active without the embedding.
+        Published{"gpt-oss-120b", 116.83 * B, 0.01 * B, 5.13 * B, 0.01 * B, false},
+        Published{"qwen1.5-moe-a2.7b", 14.3 * B, 0.1 * B, 2.7 * B, 0.1 * B, true},
+        Published{"deepseek-v2-lite", 15.7 * B, 0.1 * B, 2.4 * B, 0.1 * B, false}),
+    [](const auto& info) {
+      std::string name = info.param.model;
+      for (char& c : name)
+        if (c == '-' || c == '.') c = '_';
+      return name;
+    });
+
+TEST(ModelImport, YamlTwinsResolveToTheSameModelAsTheirImports) {
+  for (const char* name : {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x22b", "olmoe-1b-7b", "gpt-oss-120b"}) {
+    const ModelSpec yaml = test::model(name);
+    const ModelSpec hf = test::model(std::string("hf/") + name);
+    EXPECT_EQ(yaml.total_params(), hf.total_params()) << name;
+    EXPECT_EQ(yaml.active_params(), hf.active_params()) << name;
+    EXPECT_EQ(yaml.moe_layers(), hf.moe_layers()) << name;
+    EXPECT_EQ(yaml.layer_pattern(), hf.layer_pattern()) << name;
+    EXPECT_EQ(yaml.moe.router, hf.moe.router) << name;
+    EXPECT_EQ(yaml.moe.normalize_topk, hf.moe.normalize_topk) << name;
+    EXPECT_EQ(yaml.moe.group_limited(), hf.moe.group_limited()) << name;
+    EXPECT_EQ(yaml.head_dim(), hf.head_dim()) << name;
+  }
+}
+
+TEST(ModelImport, ReadsTheRoutingAndLayerPatternsEachArchitectureDeclares) {
+  const ModelSpec ds = test::model("hf/deepseek-v3");
+  EXPECT_EQ(ds.layer_pattern(), "3 dense, then 58 MoE");
+  EXPECT_FALSE(ds.is_moe_layer(2));
+  EXPECT_TRUE(ds.is_moe_layer(3));
+  EXPECT_EQ(ds.moe.router, Router::sigmoid);
+  EXPECT_TRUE(ds.moe.group_limited());
+  EXPECT_EQ(ds.moe.topk_groups, 4);
+  EXPECT_DOUBLE_EQ(ds.moe.routed_scaling, 2.5);
+  EXPECT_TRUE(ds.is_mla());
+  EXPECT_TRUE(ds.moe.dropless());
+  EXPECT_EQ(ds.seq_len, kHfDefaultSeqLen);
+  ASSERT_EQ(ds.approximations.size(), 1u);  // the MTP layer
+  EXPECT_NE(ds.approximations[0].find("num_nextn_predict_layers"), std::string::npos);
+
+  const ModelSpec mixtral = test::model("hf/mixtral-8x7b");
+  EXPECT_EQ(mixtral.moe.router, Router::topk_softmax);
+  EXPECT_EQ(mixtral.layer_pattern(), "32 MoE");
+  const ModelSpec qwen2 = test::model("hf/qwen1.5-moe-a2.7b");
+  EXPECT_EQ(qwen2.moe.shared_experts, 1);
+  EXPECT_TRUE(qwen2.moe.shared_gate);
+  EXPECT_TRUE(qwen2.qkv_bias);
+  const ModelSpec qwen3 = test::model("hf/qwen3-30b-a3b");
+  EXPECT_EQ(qwen3.head_dim(), 128);  // not hidden / heads = 64
+  EXPECT_EQ(qwen3.q_dim(), 4096);
+  const ModelSpec oss = test::model("hf/gpt-oss-120b");
+  ASSERT_EQ(oss.approximations.size(), 1u);  // the sliding window
+  EXPECT_NE(oss.approximations[0].find("sliding_window 128"), std::string::npos);
+  const ModelSpec llama = test::model("hf/llama-3.1-8b");
+  EXPECT_FALSE(llama.is_moe());
+  EXPECT_NEAR(llama.total_params() / 1e9, 8.03, 0.005);
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ModelImport, QwenSparseStepAndDenseOnlyLayersFollowHuggingFace) {
+  // Layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers.
+  const std::string path = write_temp("sparse_step.json", R"({
+    "architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+    "moe_intermediate_size": 128, "num_hidden_layers": 8, "num_attention_heads": 4, "vocab_size": 1000,
+    "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+    "shared_expert_intermediate_size": 0})");
+  const ModelSpec m = load_model(path);
+  std::string kinds;
+  for (int i = 0; i < m.layers; ++i) kinds += m.is_moe_layer(i) ? 'M' : 'D';
+  EXPECT_EQ(kinds, "DMDDDMDM");
+  EXPECT_EQ(m.moe_layers(), 3);
+  EXPECT_EQ(m.moe.shared_experts, 0);
+}
+
+TEST(ModelImport, EveryUnreadKeyIsEitherIgnoredByNameOrAnError) {
+  const std::string ok = write_temp("ok.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
+    "rope_theta": 10000.0, "bos_token_id": 1})");
+  const HfImport imported = import_hf_config(ok);
+  EXPECT_EQ(imported.ignored, (std::vector<std::string>{"bos_token_id", "rope_theta"}));
+  const std::string bad = write_temp("bad.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
+    "num_experts": 8})");
+  try {
+    import_hf_config(bad);
+    FAIL() << "an unknown shape key must be an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'num_experts': not understood for LlamaForCausalLM"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelSummary, ForwardFlopsAreTwiceTheActiveWeightsPlusTheAttentionCore) {
+  const ModelSpec m = test::model("qwen3-30b-a3b");
+  const ModelSummary s = summarize_model(m, 4096);
+  ASSERT_EQ(s.kinds.size(), 1u);
+  const double core = 2.0 * 4096 * m.heads * 2.0 * m.head_dim();
+  EXPECT_DOUBLE_EQ(s.kinds[0].forward_flops_per_token, 2.0 * s.kinds[0].active_params + core);
+  EXPECT_DOUBLE_EQ(s.active_params, s.kinds[0].count * s.kinds[0].active_params + s.embedding_params + m.norm_params());
+}
+
+double op_flops(const Block& b, const char* prefix) {
+  double f = 0;
+  for (int i = 0; i < b.count; ++i)
+    if (std::strncmp(b.ops[i].name, prefix, std::strlen(prefix)) == 0) f += b.ops[i].flops;
+  return f;
+}
+
+double op_seconds(const Block& b, const char* name) {
+  double s = 0;
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) s += b.ops[i].seconds;
+  return s;
+}
+
+TEST(TodaysMoeCost, ExpertGemmsCoverTheActiveExpertsOfEveryToken) {
+  // Dropless, balanced (imbalance 1), one rank: the grouped GEMMs do exactly k experts' work per
+  // token: 2 x tokens x k x expert weights.
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  m.moe.imbalance = 1.0;
+  test::Bench bench(m, "dgx-h100");
+  ParallelConfig c = test::config(1, 1, 1, 1, 1);
+  const Workload w = bench.workload(c);
+  const double tokens = 4096;
+  EXPECT_NEAR(op_flops(w.moe.forward, "expert_fc") / (2.0 * tokens * m.moe.top_k * m.mlp_params(m.expert_ffn())), 1.0, 1e-3);
+  EXPECT_DOUBLE_EQ(w.shape.load_factor, 1.0);
+}
+
+TEST(TodaysMoeCost, DroplessLoadIsTheBusiestRanksAndModelFlopsStayTheMean) {
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  m.moe.imbalance = 1.0;
+  test::Bench balanced(m, "dgx-h100");
+  m.moe.imbalance = 2.0;
+  test::Bench skewed(m, "dgx-h100");
+  ParallelConfig c = test::config(64, 1, 64, 1, 64);  // two local experts per rank
+  const Workload wb = balanced.workload(c), ws = skewed.workload(c);
+  // The busiest rank holds the busiest expert (2x) and one at the mean: 1.5x the mean load.
+  EXPECT_DOUBLE_EQ(ws.shape.load_factor, 1.5);
+  EXPECT_NEAR(op_flops(ws.moe.forward, "expert_fc") / op_flops(wb.moe.forward, "expert_fc"), 1.5, 0.01);
+  EXPECT_GT(op_seconds(ws.moe.forward, "ep_alltoall_dispatch"), op_seconds(wb.moe.forward, "ep_alltoall_dispatch"));
+  EXPECT_NEAR(ws.model_flops_per_microbatch / wb.model_flops_per_microbatch, 1.0, 0.002);
+}
+
+TEST(TodaysMoeCost, SharedExpertsRunBesideTheRoutedOnesAndOverlapHidesTheAllToAll) {
+  const ModelSpec m = test::model("deepseek-v3");
+  test::Bench bench(m, "h200");
+  ParallelConfig c = test::config(64, 1, 64, 1, 64);
+  c.pp = 1;
+  c.zero = 1;
+  const Workload plain = bench.workload(c);
+  const double tokens = 4096;
+  EXPECT_NEAR(op_flops(plain.moe.forward, "shared_fc") / (2.0 * tokens * m.shared_expert_params()), 1.0, 1e-9);
+  c.shared_expert_overlap = true;
+  const Workload overlapped = bench.workload(c);
+  const double a2a_plain = op_seconds(plain.moe.forward, "ep_alltoall_dispatch") + op_seconds(plain.moe.forward, "ep_alltoall_combine");
+  const double a2a_overlapped =
+      op_seconds(overlapped.moe.forward, "ep_alltoall_dispatch") + op_seconds(overlapped.moe.forward, "ep_alltoall_combine");
+  const double shared = op_seconds(plain.moe.forward, "shared_fc1") + op_seconds(plain.moe.forward, "shared_activation") +
+                        op_seconds(plain.moe.forward, "shared_fc2");
+  EXPECT_NEAR(a2a_plain - a2a_overlapped, std::min(shared, a2a_plain), 1e-12);
+  EXPECT_NEAR(plain.moe.forward.seconds - overlapped.moe.forward.seconds, std::min(shared, a2a_plain), 1e-12);
+}
+
+TEST(TodaysMoeCost, MlaProjectionsMatchItsParameterCount) {
+  // On one rank, MLA's GEMMs are its weights times 2 x tokens, plus the attention core.
+  const ModelSpec m = test::model("deepseek-v3");
+  test::Bench bench(m, "h200");
+  const Workload w = bench.workload(test::config(1, 1, 1, 1, 1));
+  const double tokens = 4096;
+  const double projections = op_flops(w.dense.forward, "mla_") + op_flops(w.dense.forward, "attn_out_proj");
+  const double weights = m.attention_params() - m.mla.q_lora_rank - m.mla.kv_lora_rank;  // the latent norms' gains
+  EXPECT_NEAR(projections / (2.0 * tokens * weights), 1.0, 1e-9);
+  const double core = op_flops(w.dense.forward, "attn_scores") + op_flops(w.dense.forward, "attn_context");
+  EXPECT_NEAR(core / (2.0 * tokens * 4096 * m.heads * (m.mla.qk_head_dim() + m.mla.v_head_dim)), 1.0, 1e-9);
+}
+
+TEST(TodaysMoeCost, TensorParallelismMustDivideTheExpertAndSharedWidths) {
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  ParallelConfig c = test::config(8, 4, 1, 1, 8);
+  EXPECT_TRUE(config_is_valid(c, m));
+  m.moe.ffn = 766;  // not divisible by 4
+  EXPECT_NE(config_violation(c, m).find("expert width 766"), std::string::npos);
+  c.expert_tp = false;
+  EXPECT_TRUE(config_is_valid(c, m));
+}
+
+}  // namespace
+}  // namespace tedsim
