@@ -105,6 +105,28 @@ nlohmann::json rel_error_json(double predicted, double measured) {
   return (predicted - measured) / measured;
 }
 
+// What the training step runs: the TED decoder (layernorm, no biases, head_dim = hidden/heads,
+// multi-head or grouped-query attention) with experts as wide as the dense FFN, DeepSpeed's
+// softmax-then-top-k router (k >= 2 renormalized) and capacity-based dispatch. The first feature of
+// `m` outside that, in words; empty if none.
+std::string model_the_step_cannot_run(const ModelSpec& m) {
+  if (m.is_mla()) return "multi-head latent attention (MLA)";
+  if (m.head_dim() * m.heads != m.hidden) return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads";
+  if (m.norm == Norm::rmsnorm) return "RMSNorm";
+  if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
+  if (!m.is_moe()) return {};
+  const MoeSpec& e = m.moe;
+  if (e.shared_experts > 0) return "shared experts";
+  if (m.expert_ffn() != m.ffn) return "experts narrower or wider than the dense FFN (moe.ffn " + std::to_string(m.expert_ffn()) + ")";
+  if (e.router != Router::softmax_topk) return std::string("the ") + to_string(e.router) + " router";
+  if (e.normalize_topk != (e.top_k > 1))
+    return std::string("softmax-top-k ") + (e.normalize_topk ? "renormalized at k = 1" : "without renormalization at k >= 2");
+  if (e.routed_scaling != 1.0) return "routed scaling";
+  if (e.group_limited()) return "group-limited routing";
+  if (e.dropless()) return "dropless routing (give --capacity-factor F for capacity-based dispatch)";
+  return {};
+}
+
 int run_validate(ValidateOptions o, const CLI::App* cmd) {
   const Backend backend = parse_backend(o.backend);
   MpiSession mpi;
@@ -128,6 +150,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
     throw InputError("--recompute-modules " + recompute_modules_text(c.recompute_modules) +
                      ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");
+  if (const std::string why = model_the_step_cannot_run(in.model); !why.empty())
+    throw InputError("model '" + in.model.name + "': validate cannot run " + why +
+                     " yet (simulate and search model it; the CPU training step is the TED one)");
   for (int p = 0; p < runtime::kPhaseCount; ++p)
     if (std::strcmp(runtime::phase_key(p), to_string(Phase(p))) != 0)
       throw RunError("validate: runtime phase " + std::string(runtime::phase_key(p)) + " does not match cost-model phase " +
@@ -164,7 +189,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         << "measured " << run.iterations << " iterations after " << run.warmup << " warm-up; iteration time is the "
         << "slowest rank's, phases are the mean over ranks (medians over iterations)\n\n";
     TextTable table({"phase", "predicted ms", "measured ms", "error"});
-    for (int p = 0; p < runtime::kPhaseCount; ++p)
+    if (const std::string why = model_the_step_cannot_run(in.model); !why.empty())
+    throw InputError("model '" + in.model.name + "': validate cannot run " + why +
+                     " yet (simulate and search model it; the CPU training step is the TED one)");
+  for (int p = 0; p < runtime::kPhaseCount; ++p)
       table.add_row({runtime::phase_key(p), ms(pred.sim.exposed[p]), ms(run.phase_median[p]),
                      rel_error(pred.sim.exposed[p], run.phase_median[p])});
     table.add_row({"iteration", ms(pred.sim.iteration_s), ms(run.iteration.median),
@@ -193,9 +221,15 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     if (!o.in.json.empty()) {
       nlohmann::json doc;
       PhaseTimes measured{};
-      for (int p = 0; p < runtime::kPhaseCount; ++p) measured[p] = run.phase_median[p];
+      if (const std::string why = model_the_step_cannot_run(in.model); !why.empty())
+    throw InputError("model '" + in.model.name + "': validate cannot run " + why +
+                     " yet (simulate and search model it; the CPU training step is the TED one)");
+  for (int p = 0; p < runtime::kPhaseCount; ++p) measured[p] = run.phase_median[p];
       nlohmann::json errors = nlohmann::json::object();
-      for (int p = 0; p < runtime::kPhaseCount; ++p)
+      if (const std::string why = model_the_step_cannot_run(in.model); !why.empty())
+    throw InputError("model '" + in.model.name + "': validate cannot run " + why +
+                     " yet (simulate and search model it; the CPU training step is the TED one)");
+  for (int p = 0; p < runtime::kPhaseCount; ++p)
         errors[runtime::phase_key(p)] = rel_error_json(pred.sim.exposed[p], run.phase_median[p]);
       errors["iteration"] = rel_error_json(pred.sim.iteration_s, run.iteration.median);
       errors["memory"] = rel_error_json(pred.memory.peak, run.tensor_peak_bytes);

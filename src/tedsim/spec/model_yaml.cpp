@@ -61,7 +61,9 @@ void read_moe(const YamlMap& root, ModelSpec& m) {
   static const std::pair<const char*, Router> routers[] = {
       {"softmax_topk", Router::softmax_topk}, {"topk_softmax", Router::topk_softmax}, {"sigmoid", Router::sigmoid}};
   e.router = choice(moe, "router", "softmax_topk", routers);
-  e.normalize_topk = moe.boolean("normalize_topk", e.router == Router::sigmoid);
+  // Defaults: sigmoid scores are renormalized (DeepSeek-V3); softmax-then-top-k renormalizes its k
+  // weights for k >= 2, as DeepSpeed's top-2 gating (the TED lineage) does.
+  e.normalize_topk = moe.boolean("normalize_topk", e.router == Router::sigmoid || (e.router == Router::softmax_topk && e.top_k > 1));
   if (e.router == Router::topk_softmax && moe.has("normalize_topk"))
     moe.fail("normalize_topk", "topk_softmax weights already sum to 1");
   e.routed_scaling = moe.has("routed_scaling") ? moe.positive_number("routed_scaling") : 1.0;
