@@ -150,6 +150,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
     throw InputError("--recompute-modules " + recompute_modules_text(c.recompute_modules) +
                      ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");
+  if (in.model.dtype == Dtype::fp8)
+    throw InputError("--dtype fp8: validate cannot run FP8 training yet (simulate and search model it)");
   if (const std::string why = model_the_step_cannot_run(in.model); !why.empty())
     throw InputError("model '" + in.model.name + "': validate cannot run " + why +
                      " yet (simulate and search model it; the CPU training step is the TED one)");

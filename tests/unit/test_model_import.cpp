@@ -242,5 +242,35 @@ TEST(TodaysMoeCost, TensorParallelismMustDivideTheExpertAndSharedWidths) {
   EXPECT_TRUE(config_is_valid(c, m));
 }
 
+double op_bytes(const Block& b, const char* name) {
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) return b.ops[i].bytes;
+  return 0;
+}
+
+TEST(TodaysMoeCost, Fp8RunsGemmsAtTheFp8PeakAndKeepsBf16EverywhereElse) {
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  test::Bench bf16(m, "dgx-h100");
+  m.dtype = Dtype::fp8;
+  test::Bench fp8(m, "dgx-h100");
+  ParallelConfig c = test::config(16, 1, 16, 1, 16);
+  const Workload wb = bf16.workload(c), wf = fp8.workload(c);
+  // Same FLOPs, half the GEMM time at twice the peak (the analytic curve is the bf16 one).
+  EXPECT_DOUBLE_EQ(op_flops(wf.moe.forward, "expert_fc1"), op_flops(wb.moe.forward, "expert_fc1"));
+  EXPECT_NEAR(op_seconds(wf.moe.forward, "expert_fc1") / op_seconds(wb.moe.forward, "expert_fc1"), 0.5, 0.05);
+  // Activations, gradients and weights stay bf16; the memory-bound kernels do not speed up.
+  EXPECT_EQ(wf.shape.act_bytes, 2);
+  EXPECT_EQ(wf.grad_bytes, 2);
+  EXPECT_DOUBLE_EQ(op_seconds(wf.moe.forward, "expert_activation"), op_seconds(wb.moe.forward, "expert_activation"));
+  // Dispatch moves FP8 (with a scale per 128 values), combine bf16.
+  EXPECT_NEAR(op_bytes(wf.moe.forward, "ep_alltoall_dispatch") / op_bytes(wb.moe.forward, "ep_alltoall_dispatch"),
+              (1.0 + 4.0 / 128.0) / 2.0, 1e-12);
+  EXPECT_DOUBLE_EQ(op_bytes(wf.moe.forward, "ep_alltoall_combine"), op_bytes(wb.moe.forward, "ep_alltoall_combine"));
+  const Prediction pb = bf16.evaluator.evaluate(c), pf = fp8.evaluator.evaluate(c);
+  EXPECT_DOUBLE_EQ(pf.memory.weights, pb.memory.weights);
+  EXPECT_DOUBLE_EQ(pf.memory.activations, pb.memory.activations);
+  EXPECT_LT(pf.sim.iteration_s, pb.sim.iteration_s);
+}
+
 }  // namespace
 }  // namespace tedsim

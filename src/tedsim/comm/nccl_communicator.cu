@@ -16,6 +16,7 @@ ncclDataType_t nccl_type(Dtype dtype) {
     case Dtype::fp32: return ncclFloat32;
     case Dtype::fp16: return ncclFloat16;
     case Dtype::bf16: return ncclBfloat16;
+    case Dtype::fp8: return ncclUint8;  // bytes moved, never reduced (the step keeps fp8 out of collectives)
   }
   return ncclFloat32;
 }

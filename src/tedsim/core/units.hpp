@@ -12,9 +12,14 @@ inline constexpr double kGB = 1e9;     // link and memory bandwidths are quoted 
 inline constexpr double kTera = 1e12;  // TFLOP/s
 inline constexpr double kMicro = 1e-6;
 
-enum class Dtype : std::uint8_t { fp32, fp16, bf16 };
+// fp8 as a model's dtype means FP8 training as Transformer Engine runs it: GEMM inputs in FP8 (at the
+// device's FP8 peak), activations, gradients and weights in bf16 beside FP32 master weights.
+enum class Dtype : std::uint8_t { fp32, fp16, bf16, fp8 };
+inline constexpr int kDtypeCount = 4;
 
-inline constexpr int bytes_of(Dtype t) { return t == Dtype::fp32 ? 4 : 2; }
+inline constexpr int bytes_of(Dtype t) { return t == Dtype::fp32 ? 4 : t == Dtype::fp8 ? 1 : 2; }
+// The precision of everything but GEMM inputs: activations, gradients, weights, messages.
+inline constexpr Dtype storage_dtype(Dtype t) { return t == Dtype::fp8 ? Dtype::bf16 : t; }
 const char* to_string(Dtype t);
 Dtype parse_dtype(const std::string_view text);  // throws InputError
 

@@ -23,9 +23,9 @@ void BlockBuilder::kernel(const char* name, KernelKind kind, double bytes, Phase
   op.phase = phase;
   op.bytes = bytes;
   op.kernel = kind;
-  op.gemm.dtype = dtype_;
+  op.gemm.dtype = storage_dtype(dtype_);
   op.module = module_;
-  op.seconds = profile_.kernel_seconds(kind, bytes, dtype_);
+  op.seconds = profile_.kernel_seconds(kind, bytes, storage_dtype(dtype_));
   block_.add(op);
 }
 
@@ -206,7 +206,10 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   const double shared_seconds = x.seconds_since(shared_first);
   x.kernel("dispatch", KernelKind::dispatch, (kept + slots) * h * B);
   const double a2a_bytes = E * double(s.capacity_a2a) * h * B;
-  const int dispatch_a2a = x.collective_at("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
+  // FP8 training dispatches FP8 tokens with one fp32 scale per 128 values (DeepEP's low-precision
+  // dispatch) and combines in bf16.
+  const double dispatch_bytes = s.dtype == Dtype::fp8 ? E * double(s.capacity_a2a) * h * (1.0 + 4.0 / 128.0) : a2a_bytes;
+  const int dispatch_a2a = x.collective_at("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, dispatch_bytes, Phase::ep_alltoall);
   // The tokens every tensor rank's experts see: all t ranks' after the gather.
   const double gathered_slots = d.sp ? double(s.t) * slots : slots;
   if (c.expert_tp && (dtd_split || d.sp))

@@ -96,7 +96,7 @@ StageParams stage_params(const ModelSpec& m, const Workload& w, const StageMap& 
 MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const TopologySpec& topology,
                                 const StageMap& map, std::vector<MemoryBreakdown>* stages) {
   const StepShape& s = w.shape;
-  const double B = bytes_of(m.dtype);
+  const double B = bytes_of(storage_dtype(m.dtype));
   // Half-precision training keeps an fp32 master copy plus Adam's m and v (12 bytes per
   // parameter); fp32 training updates the weights in place and keeps m and v (8 bytes).
   const double opt_bytes = B == 4 ? 8.0 : 12.0;

@@ -61,7 +61,7 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
   s.sp = c.sequence_parallel && c.tp > 1;
   s.tokens = std::int64_t(s.b) * s.s;
   s.dtype = m.dtype;
-  s.act_bytes = bytes_of(m.dtype);
+  s.act_bytes = bytes_of(storage_dtype(m.dtype));
   if (m.is_moe()) {
     const double E = m.moe.experts;
     s.local_experts = m.moe.experts / s.e;
@@ -276,8 +276,8 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   w.zero = c.zero;
   w.tiled_optimizer = c.tiled_optimizer;
   w.shape = resolve_shape(m, c);
-  w.grad_bytes = bytes_of(m.dtype);
-  w.param_bytes = bytes_of(m.dtype);
+  w.grad_bytes = bytes_of(storage_dtype(m.dtype));
+  w.param_bytes = bytes_of(storage_dtype(m.dtype));
   const StepShape& s = w.shape;
   const LayerDims d = layer_dims(m, s);
 

@@ -50,7 +50,7 @@ std::string moe_layer_pattern(const ModelSpec& m) {
 }
 
 std::string precision_flag(const ModelSpec& m) {
-  return m.dtype == Dtype::bf16 ? "--bf16" : m.dtype == Dtype::fp16 ? "--fp16" : "";
+  return m.dtype == Dtype::bf16 || m.dtype == Dtype::fp8 ? "--bf16" : m.dtype == Dtype::fp16 ? "--fp16" : "";
 }
 
 void model_shape(ArgList& a, const ModelSpec& m, int seq, bool megatron_core) {
@@ -118,6 +118,7 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
   }
   const std::string precision = precision_flag(m);
   if (!precision.empty()) a.flag(precision);
+  if (m.dtype == Dtype::fp8) a.flag("--fp8-format", "hybrid", "FP8 GEMMs (E4M3 forward, E5M2 gradients), bf16 elsewhere");
   if (m.is_moe()) {
     a.flag("--num-experts", n(m.moe.experts));
     a.flag("--moe-layer-freq", moe_layer_pattern(m), "tedsim's layer pattern: " + m.layer_pattern());
@@ -173,7 +174,7 @@ std::string deepspeed_config(const ModelSpec& m, const Prediction& p) {
                       {"train_micro_batch_size_per_gpu", c.micro_batch},
                       {"gradient_accumulation_steps", c.grad_accum()},
                       {"zero_optimization", {{"stage", c.zero}}}};
-  if (m.dtype == Dtype::bf16) j["bf16"] = {{"enabled", true}};
+  if (m.dtype == Dtype::bf16 || m.dtype == Dtype::fp8) j["bf16"] = {{"enabled", true}};  // FP8 GEMMs come from Transformer Engine, not the config
   if (m.dtype == Dtype::fp16) j["fp16"] = {{"enabled", true}};
   return j.dump(2) + "\n";
 }

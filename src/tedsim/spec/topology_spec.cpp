@@ -38,7 +38,7 @@ TopologySpec load_topology(const std::string& path) {
   t.device.reserved_gib = device.nonnegative_number("reserved_gib", 0.0);
   if (t.device.reserved_gib >= t.device.memory_gib) device.fail("reserved_gib", "must be less than memory_gib");
   const YamlMap peaks = device.child("peak_tflops");
-  for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+  for (Dtype d : {Dtype::fp32, Dtype::fp16, Dtype::bf16, Dtype::fp8})
     t.device.peak_tflops[int(d)] = peaks.nonnegative_number(to_string(d), 0.0);
   peaks.reject_unknown_keys();
   if (t.device.peak_tflops_of(Dtype::fp32) <= 0) peaks.fail("fp32", "required: a positive fp32 peak");

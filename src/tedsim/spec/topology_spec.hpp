@@ -17,7 +17,7 @@ struct DeviceSpec {
   std::string name;
   double memory_gib = 0;          // per device (per rank on CPU)
   double reserved_gib = 0;        // runtime context, allocator slack: not available to tedsim's model
-  double peak_tflops[3] = {0, 0, 0};  // indexed by Dtype; 0 = unsupported
+  double peak_tflops[kDtypeCount] = {0, 0, 0, 0};  // indexed by Dtype; 0 = unsupported
   double memory_bandwidth_gbs = 0;
   double kernel_launch_us = 0;    // fixed cost of every kernel
   double peak_tflops_of(Dtype d) const { return peak_tflops[int(d)]; }
