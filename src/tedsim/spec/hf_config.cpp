@@ -229,26 +229,21 @@ void read_moe(HfReader& r, Family f, ModelSpec& m) {
   e.capacity_factor = 0;  // these models train dropless; --capacity-factor sets a capacity
   switch (f) {
     case Family::mixtral:
+    case Family::gpt_oss: {
+      // Top-k of the logits, then softmax over those k. gpt-oss writes the k under two names.
       e.experts = int(r.positive("num_local_experts"));
-      e.top_k = int(r.positive("num_experts_per_tok"));
-      e.ffn = m.ffn;
-      e.every = 1;
-      e.router = Router::topk_softmax;
-      break;
-    case Family::gpt_oss:
-      e.experts = int(r.positive("num_local_experts"));
-      e.top_k = int(r.positive("num_experts_per_tok", r.positive("experts_per_token", 4)));
-      if (r.has("experts_per_token") && r.positive("experts_per_token") != e.top_k)
+      const bool oss_only = f == Family::gpt_oss && !r.has("num_experts_per_tok");
+      e.top_k = int(r.positive(oss_only ? "experts_per_token" : "num_experts_per_tok"));
+      if (f == Family::gpt_oss && r.has("experts_per_token") && r.positive("experts_per_token") != e.top_k)
         r.fail("experts_per_token", "disagrees with num_experts_per_tok (" + std::to_string(e.top_k) + ")");
       e.ffn = m.ffn;
-      e.every = 1;
       e.router = Router::topk_softmax;
       break;
+    }
     case Family::olmoe:
       e.experts = int(r.positive("num_experts"));
       e.top_k = int(r.positive("num_experts_per_tok"));
       e.ffn = m.ffn;
-      e.every = 1;
       e.normalize_topk = r.boolean("norm_topk_prob", false);
       break;
     case Family::qwen2_moe:
