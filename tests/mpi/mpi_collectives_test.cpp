@@ -149,6 +149,10 @@ class CorruptingCommunicator final : public Communicator {
     in_.all_to_all(s, r, n, t);
     corrupt(r, n, t);
   }
+  void all_to_all_v(const void* s, const std::vector<std::size_t>& sc, void* r, const std::vector<std::size_t>& rc,
+                    Dtype t) override {
+    in_.all_to_all_v(s, sc, r, rc, t);
+  }
   void barrier() override { in_.barrier(); }
   void wait() override { in_.wait(); }
   std::uint64_t send(const void* b, std::size_t n, Dtype t, int peer) override { return in_.send(b, n, t, peer); }
@@ -181,6 +185,35 @@ TEST(MpiCheck, CountsWrongElementsOverTheGroup) {
     c.iters = 2;
     EXPECT_EQ(check_and_time(bad, c).wrong, 1) << to_string(op);
   }
+}
+
+// Uneven splits, as dropless dispatch makes them: rank i sends (i + 2 j + 1) % 5 elements to rank j
+// (some zero), each element naming its source, destination and index; every rank checks all it
+// receives. #wrong must be 0 on every rank.
+TEST(MpiAllToAllV, UnevenSplitsArriveWhole) {
+  Communicator& w = world();
+  const int n = w.size(), me = w.rank();
+  auto count = [](int from, int to) { return std::size_t((from + 2 * to + 1) % 5); };
+  auto value = [](int from, int to, std::size_t i) { return float(from * 1000 + to * 10) + float(i) * 0.5f; };
+  std::vector<std::size_t> send_counts(n), recv_counts(n);
+  std::vector<float> send;
+  for (int j = 0; j < n; ++j) {
+    send_counts[j] = count(me, j);
+    recv_counts[j] = count(j, me);
+    for (std::size_t i = 0; i < send_counts[j]; ++i) send.push_back(value(me, j, i));
+  }
+  std::size_t total = 0;
+  for (std::size_t c : recv_counts) total += c;
+  std::vector<float> recv(total + 1, -1.0f);  // one guard element past the end
+  w.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, Dtype::fp32);
+  std::int64_t wrong = 0;
+  std::size_t at = 0;
+  for (int j = 0; j < n; ++j)
+    for (std::size_t i = 0; i < recv_counts[j]; ++i) wrong += recv[at++] != value(j, me, i);
+  wrong += recv[total] != -1.0f;
+  EXPECT_EQ(w.host_sum(wrong), 0);
+  // Mismatched count vectors are a clear error on every rank, before any message moves.
+  EXPECT_THROW(w.all_to_all_v(send.data(), std::vector<std::size_t>(n + 1, 0), recv.data(), recv_counts, Dtype::fp32), InputError);
 }
 
 TEST(MpiErrors, MessagesNameHostAndRank) {

@@ -73,6 +73,11 @@ class Communicator {
                               ReduceOp op = ReduceOp::sum) = 0;
   virtual void all_to_all(const void* send, void* recv, std::size_t count_per_peer,
                           Dtype dtype) = 0;
+  // Uneven all-to-all (dropless dispatch): send_counts[j] elements go to rank j, packed in rank
+  // order in `send`; recv_counts[j] arrive from rank j, packed in rank order in `recv`. Each
+  // rank's send_counts[j] must equal rank j's recv_counts[this rank]. Not in place.
+  virtual void all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                            const std::vector<std::size_t>& recv_counts, Dtype dtype) = 0;
   virtual void barrier() = 0;
   // Blocks until every collective issued on this communicator has completed.
   virtual void wait() = 0;

@@ -140,6 +140,25 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, std::size_t count
   check(MPI_Alltoall(send, n, t, recv, n, t, comm_), "MPI_Alltoall");
 }
 
+void MpiCommunicator::all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                                   const std::vector<std::size_t>& recv_counts, Dtype dtype) {
+  if (int(send_counts.size()) != size_ || int(recv_counts.size()) != size_)
+    throw InputError(where() + ": all_to_all_v needs one send and one receive count per rank");
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  std::size_t s_off = 0, r_off = 0;
+  for (int j = 0; j < size_; ++j) {
+    sc[j] = checked_count(send_counts[j], "all_to_all_v");
+    rc[j] = checked_count(recv_counts[j], "all_to_all_v");
+    sd[j] = checked_count(s_off, "all_to_all_v displacement");
+    rd[j] = checked_count(r_off, "all_to_all_v displacement");
+    s_off += send_counts[j];
+    r_off += recv_counts[j];
+  }
+  if (send == recv && (s_off || r_off)) throw InputError(where() + ": all_to_all_v cannot run in place");
+  const auto t = mpi_datatype(dtype);
+  check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_), "MPI_Alltoallv");
+}
+
 void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 std::uint64_t MpiCommunicator::send(const void* buf, std::size_t count, Dtype dtype, int peer) {

@@ -33,6 +33,8 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, Dtype dtype,
                       ReduceOp op = ReduceOp::sum) override;
   void all_to_all(const void* send, void* recv, std::size_t count_per_peer, Dtype dtype) override;
+  void all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                    const std::vector<std::size_t>& recv_counts, Dtype dtype) override;  // MPI_Alltoallv
   void barrier() override;
   void wait() override {}  // MPI collectives here are blocking: nothing is left in flight
   std::uint64_t send(const void* buf, std::size_t count, Dtype dtype, int peer) override;  // MPI_Isend

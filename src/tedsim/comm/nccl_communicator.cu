@@ -193,6 +193,28 @@ void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t coun
   check_nccl(ncclGroupEnd(), impl_->comm, where(), "ncclGroupEnd");
 }
 
+void NcclCommunicator::all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                                    const std::vector<std::size_t>& recv_counts, Dtype dtype) {
+  if (int(send_counts.size()) != size() || int(recv_counts.size()) != size())
+    throw InputError(where() + ": all_to_all_v needs one send and one receive count per rank");
+  if (send == recv) throw InputError(where() + ": all_to_all_v cannot run in place");
+  const std::size_t esize = std::size_t(bytes_of(dtype));
+  const auto* src = static_cast<const char*>(send);
+  auto* dst = static_cast<char*>(recv);
+  check_nccl(ncclGroupStart(), impl_->comm, where(), "ncclGroupStart");
+  std::size_t s_off = 0, r_off = 0;
+  for (int peer = 0; peer < size(); ++peer) {
+    // Zero-count pairs still post (NCCL accepts count 0), so both sides agree on the pattern.
+    check_nccl(ncclSend(src + s_off * esize, send_counts[peer], nccl_type(dtype), peer, impl_->comm, impl_->stream),
+               impl_->comm, where(), "ncclSend");
+    check_nccl(ncclRecv(dst + r_off * esize, recv_counts[peer], nccl_type(dtype), peer, impl_->comm, impl_->stream),
+               impl_->comm, where(), "ncclRecv");
+    s_off += send_counts[peer];
+    r_off += recv_counts[peer];
+  }
+  check_nccl(ncclGroupEnd(), impl_->comm, where(), "ncclGroupEnd");
+}
+
 void NcclCommunicator::barrier() {
   // A device-side barrier: work queued before it completes on every rank before anyone goes on.
   wait();

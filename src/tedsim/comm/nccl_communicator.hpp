@@ -28,6 +28,8 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, Dtype dtype,
                       ReduceOp op = ReduceOp::sum) override;
   void all_to_all(const void* send, void* recv, std::size_t count_per_peer, Dtype dtype) override;
+  void all_to_all_v(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                    const std::vector<std::size_t>& recv_counts, Dtype dtype) override;  // grouped send/recv
   void barrier() override;
   void wait() override;  // cudaStreamSynchronize on this communicator's stream
   // Pipeline point-to-point on NCCL needs a stream per direction (one stream would deadlock two
