@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,38 @@ struct TrainRun {
   std::vector<runtime::Checksum> sums;
 };
 
-ModelSpec equivalence_model() { return small_moe(4, Activation::gelu, true); }
+// The models the cases train: 0, the TED one (capacity-based top-2 softmax gating); today's shapes:
+// 1, dropless top-4 of 8 fine-grained experts (a quarter of the dense width) beside a shared expert,
+// after a dense first layer, SwiGLU; 2, DeepSeek-V3's sigmoid router, renormalized and scaled, within
+// 2 of 4 groups, dropless; 3, Mixtral's top-k-softmax router with a roomy capacity.
+enum ModelKind { kTedModel = 0, kDroplessShared = 1, kSigmoidGroups = 2, kTopkSoftmax = 3 };
+
+ModelSpec equivalence_model(int kind) {
+  ModelSpec m = small_moe(4, kind == kDroplessShared ? Activation::swiglu : Activation::gelu, true);
+  if (kind == kTedModel) return m;
+  m.moe.experts = 8;
+  m.moe.every = 1;
+  m.moe.top_k = kind == kTopkSoftmax ? 2 : 4;
+  m.moe.capacity_factor = kind == kTopkSoftmax ? 8.0 : 0.0;
+  if (kind == kDroplessShared) {
+    m.moe.first_dense = 1;
+    m.moe.ffn = 16;
+    m.moe.shared_experts = 1;
+    m.moe.shared_ffn = 32;
+    m.moe.router = Router::softmax_topk;
+    m.moe.normalize_topk = true;
+  } else if (kind == kSigmoidGroups) {
+    m.moe.router = Router::sigmoid;
+    m.moe.normalize_topk = true;
+    m.moe.routed_scaling = 2.5;
+    m.moe.groups = 4;
+    m.moe.topk_groups = 2;
+  } else {
+    m.moe.router = Router::topk_softmax;
+  }
+  m.validate("equivalence model");
+  return m;
+}
 
 runtime::TrainerOptions equivalence_options() {
   runtime::TrainerOptions o;
@@ -33,16 +65,18 @@ runtime::TrainerOptions equivalence_options() {
   return o;
 }
 
-TrainRun train(Communicator& comm, const ParallelConfig& c) {
-  runtime::Trainer tr(comm, equivalence_model(), c, equivalence_options());
+TrainRun train(Communicator& comm, const ParallelConfig& c, int model) {
+  runtime::Trainer tr(comm, equivalence_model(model), c, equivalence_options());
   TrainRun r;
   for (int i = 0; i < kSteps; ++i) r.losses.push_back(tr.step().loss);
   r.sums = tr.checksums();
   return r;
 }
 
-const TrainRun& golden() {
-  static TrainRun g = [] {
+const TrainRun& golden(int model) {
+  static std::map<int, TrainRun> runs;
+  if (runs.count(model)) return runs[model];
+  runs[model] = [model] {
     Communicator& world = runtime_world();
     const int rank = world.rank();
     std::vector<int> members;
@@ -60,12 +94,12 @@ const TrainRun& golden() {
       c.global_batch = kGlobalBatch;
       c.recompute = Recompute::none;
       c.zero = 0;
-      run = train(*sub, c);
+      run = train(*sub, c, model);
     }
     world.barrier();
     return run;
   }();
-  return g;
+  return runs[model];
 }
 
 struct EqCase {
@@ -75,6 +109,7 @@ struct EqCase {
   int zero;
   int pp = 1, vpp = 1;
   bool selective = false;  // selective recompute of the attention core (with checkpoint false)
+  int model = kTedModel;
 };
 
 std::string name_of(const EqCase& c) {
@@ -86,7 +121,8 @@ std::string name_of(const EqCase& c) {
   n += c.checkpoint ? (c.cac ? "_cac" : "_ckpt") : c.selective ? "_sel" : "_nockpt";
   n += c.expert_tp ? "_etp" : "_noetp";
   n += "_zero" + std::to_string(c.zero);
-  return n;
+  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax"};
+  return n + models[c.model];
 }
 
 class Equivalence : public ::testing::TestWithParam<EqCase> {};
@@ -95,7 +131,7 @@ TEST_P(Equivalence, MatchesSingleRank) {
   const EqCase& k = GetParam();
   Communicator& world = runtime_world();
   if (world.size() != k.ranks) GTEST_SKIP() << "needs " << k.ranks << " ranks";
-  const TrainRun& gold = golden();
+  const TrainRun& gold = golden(k.model);
   ParallelConfig c;
   c.gpus = k.ranks;
   c.tp = k.tp;
@@ -110,7 +146,7 @@ TEST_P(Equivalence, MatchesSingleRank) {
   c.zero = k.zero;
   c.pp = k.pp;
   c.vpp = k.vpp;
-  const TrainRun run = train(world, c);
+  const TrainRun run = train(world, c, k.model);
   if (world.rank() != 0) return;  // the golden run lives on rank 0; losses and checksums are global
   ASSERT_EQ(run.losses.size(), gold.losses.size());
   for (std::size_t i = 0; i < run.losses.size(); ++i)
@@ -154,7 +190,21 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{1, 1, 1, kTed, false, false, false, true, 0, 1, 1, true},
         EqCase{2, 2, 1, kTed, true, false, false, true, 1, 1, 1, true},
         EqCase{4, 1, 1, kTed, false, false, false, true, 1, 2, 2, true},
-        EqCase{4, 2, 2, kTed, true, false, false, true, 0, 1, 1, true}),
+        EqCase{4, 2, 2, kTed, true, false, false, true, 0, 1, 1, true},
+        // Today's shapes: {..., pp, vpp, selective, model}. Dropless needs expert TP without DTD.
+        EqCase{1, 1, 1, kTed, false, false, false, true, 0, 1, 1, false, kDroplessShared},
+        EqCase{2, 1, 2, kTed, false, false, false, true, 0, 1, 1, false, kDroplessShared},
+        EqCase{2, 1, 2, kTed, false, true, true, true, 1, 1, 1, false, kDroplessShared},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 1, 1, 1, false, kDroplessShared},
+        EqCase{4, 2, 2, kDbe, false, true, true, true, 0, 1, 1, false, kDroplessShared},
+        EqCase{4, 1, 4, kTed, false, false, true, true, 1, 1, 1, false, kDroplessShared},
+        EqCase{8, 2, 2, kTed, false, false, false, true, 0, 1, 1, false, kDroplessShared},
+        EqCase{4, 1, 2, kTed, false, false, false, true, 0, 2, 1, false, kDroplessShared},
+        EqCase{2, 1, 2, kTed, false, false, false, true, 0, 1, 1, false, kSigmoidGroups},
+        EqCase{4, 2, 2, kTed, false, true, true, true, 1, 1, 1, false, kSigmoidGroups},
+        EqCase{4, 1, 4, kTed, false, false, false, true, 0, 1, 1, false, kSigmoidGroups},
+        EqCase{2, 2, 1, kTed, true, false, false, true, 0, 1, 1, false, kTopkSoftmax},
+        EqCase{4, 2, 2, kTed, true, true, true, false, 1, 1, 1, false, kTopkSoftmax}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "tedsim/comm/communicator.hpp"
 #include "tedsim/kernels/cpu/adam.hpp"
 #include "tedsim/kernels/cpu/gating.hpp"
+#include "tedsim/kernels/cpu/router.hpp"
 #include "tedsim/kernels/cpu/gemm.hpp"
 #include "tedsim/runtime/tensor.hpp"
 
@@ -89,6 +90,14 @@ class StepOps {
   virtual void combine_backward(const Routing& r, const float* buf, const float* grad_out, int hidden,
                                 float* grad_buf, float* grad_weight) = 0;
   virtual void gating_backward(const Routing& r, const float* grad_weight, float grad_aux, float* grad_logits) = 0;
+  // The routers of kernels/cpu/router.hpp (today's models; dropless with cfg.drop_tokens false).
+  // gating_backward then runs their backward. CPU step only yet: the CUDA ops throw RunError.
+  virtual void route_forward(const float* logits, int tokens, int experts, const kernels::RouterConfig& cfg,
+                             Routing& out) = 0;
+  // Host copy of the choices each expert kept (its rows in the dispatch buffer), [E].
+  virtual void routing_counts(const Routing& r, std::vector<std::int32_t>& kept) = 0;
+  // The dispatch buffer's capacity C of this routing (dropless: the busiest expert's count).
+  virtual int routing_capacity(const Routing& r) = 0;
 
   // Token embedding and vocabulary-parallel cross-entropy; ids and targets are host arrays of
   // global token ids, this rank owning vocabulary rows [v0, v0 + v_local).

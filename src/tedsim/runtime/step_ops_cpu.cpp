@@ -16,9 +16,14 @@ namespace tedsim::runtime {
 namespace {
 
 struct CpuRouting final : Routing {
-  kernels::GatingOutput gate;
+  kernels::GatingOutput gate;    // DeepSpeed's fused gating
+  kernels::RouterOutput router;  // or one of today's routers
+  bool generic = false;
 };
-const kernels::GatingOutput& gate_of(const Routing& r) { return static_cast<const CpuRouting&>(r).gate; }
+const kernels::GatingOutput& gate_of(const Routing& r) {
+  const auto& c = static_cast<const CpuRouting&>(r);
+  return c.generic ? c.router.gate : c.gate;
+}
 
 void add_rows(std::size_t n, const float* a, float* y) {
 #pragma omp simd
@@ -118,8 +123,18 @@ class CpuStepOps final : public StepOps {
   std::unique_ptr<Routing> make_routing() override { return std::make_unique<CpuRouting>(); }
   void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                       Routing& out) override {
-    kernels::gating_forward(logits, tokens, experts, cfg, static_cast<CpuRouting&>(out).gate);
+    auto& r = static_cast<CpuRouting&>(out);
+    r.generic = false;
+    kernels::gating_forward(logits, tokens, experts, cfg, r.gate);
   }
+  void route_forward(const float* logits, int tokens, int experts, const kernels::RouterConfig& cfg,
+                     Routing& out) override {
+    auto& r = static_cast<CpuRouting&>(out);
+    r.generic = true;
+    kernels::route_forward(logits, nullptr, tokens, experts, cfg, r.router);
+  }
+  void routing_counts(const Routing& r, std::vector<std::int32_t>& kept) override { kept = gate_of(r).kept; }
+  int routing_capacity(const Routing& r) override { return gate_of(r).capacity; }
   double aux_loss(const Routing& r) override { return gate_of(r).aux_loss; }
   void routing_choices(const Routing& r, std::vector<std::int32_t>& expert,
                        std::vector<std::int32_t>& position) override {
@@ -140,7 +155,11 @@ class CpuStepOps final : public StepOps {
     kernels::combine_backward(gate_of(r), buf, grad_out, hidden, grad_buf, grad_weight);
   }
   void gating_backward(const Routing& r, const float* grad_weight, float grad_aux, float* grad_logits) override {
-    kernels::gating_backward(gate_of(r), grad_weight, grad_aux, grad_logits);
+    const auto& c = static_cast<const CpuRouting&>(r);
+    if (c.generic)
+      kernels::route_backward(c.router, grad_weight, grad_aux, grad_logits);
+    else
+      kernels::gating_backward(c.gate, grad_weight, grad_aux, grad_logits);
   }
 
   void embedding_forward(int tokens, int hidden, int v0, int v_local, const std::int32_t* ids, const float* table,

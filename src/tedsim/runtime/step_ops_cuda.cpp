@@ -144,6 +144,13 @@ class CudaStepOps final : public StepOps {
   }
 
   std::unique_ptr<Routing> make_routing() override { return std::make_unique<CudaRouting>(); }
+  void route_forward(const float*, int, int, const kernels::RouterConfig&, Routing&) override {
+    throw RunError("the CUDA step runs DeepSpeed's softmax-top-k gating only yet (today's routers run on the CPU step)");
+  }
+  void routing_counts(const Routing&, std::vector<std::int32_t>&) override {
+    throw RunError("the CUDA step does not run dropless routing yet");
+  }
+  int routing_capacity(const Routing& r) override { return gate_of(r).capacity; }
   void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                       Routing& out) override {
     cu::gating_forward(logits, tokens, experts, cfg, static_cast<CudaRouting&>(out).gate);

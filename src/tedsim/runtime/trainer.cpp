@@ -80,8 +80,12 @@ void Trainer::Impl::setup_dims() {
   F = model.ffn;
   F_l = F / t;
   F1_l = swiglu ? 2 * F_l : F_l;
-  Fe = cfg.expert_tp ? F / t : F;
+  Fx = model.is_moe() ? model.expert_ffn() : F;
+  Fe = cfg.expert_tp ? Fx / t : Fx;
   F1e = swiglu ? 2 * Fe : Fe;
+  Fs = model.is_moe() ? model.shared_width() : 0;
+  Fs_l = Fs / t;
+  F1s_l = swiglu ? 2 * Fs_l : Fs_l;
   V = model.vocab;
   V_l = V / t;
   v0 = ti * V_l;
@@ -89,11 +93,35 @@ void Trainer::Impl::setup_dims() {
     E = model.moe.experts;
     El = E / e;
     k = model.moe.top_k;
-    const int c0 = kernels::capacity(T, E, k, model.moe.capacity_factor, model.moe.min_capacity);
-    C = (c0 + t - 1) / t * t;
     split = t > 1 && (cfg.dtd || !cfg.expert_tp);
     etp_split = split && cfg.expert_tp;
-    Cp = split ? C / t : C;
+    dropless = model.moe.dropless();
+    const MoeSpec& me = model.moe;
+    // DeepSpeed's fused gating is softmax then top-k, renormalized over the kept choices at k >= 2.
+    const bool deepspeed_gating = me.router == Router::softmax_topk && me.normalize_topk == (k > 1) &&
+                                  me.routed_scaling == 1.0 && !me.group_limited();
+    generic_router = dropless || !deepspeed_gating;
+    router_cfg.kind = me.router == Router::sigmoid        ? kernels::RouterKind::sigmoid
+                      : me.router == Router::topk_softmax ? kernels::RouterKind::topk_softmax
+                                                          : kernels::RouterKind::softmax_topk;
+    router_cfg.k = k;
+    router_cfg.normalize = me.normalize_topk;
+    router_cfg.scaling = float(me.routed_scaling);
+    router_cfg.groups = me.group_limited() ? me.groups : 1;
+    router_cfg.topk_groups = me.group_limited() ? me.topk_groups : 1;
+    router_cfg.capacity_factor = me.capacity_factor;
+    router_cfg.min_capacity = me.min_capacity;
+    router_cfg.drop_tokens = !dropless;
+    if (dropless && split)
+      throw InputError("dropless routing runs with expert tensor parallelism and without DTD (or t = 1) yet; got " +
+                       cfg.describe());
+    if (dropless) {
+      C = Cp = 0;  // set per micro-batch by the routing
+    } else {
+      const int c0 = kernels::capacity(T, E, k, me.capacity_factor, me.min_capacity);
+      C = (c0 + t - 1) / t * t;
+      Cp = split ? C / t : C;
+    }
   }
   d = dp->size();
   replica = dp->rank();
@@ -169,11 +197,13 @@ void Trainer::Impl::register_params() {
     li.ln2_g = add_param(p + "ln2.gamma", "ln", base + 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
     li.ln2_b = add_param(p + "ln2.beta", "ln", base + 5, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
     const int F1 = swiglu ? 2 * F : F;
-    auto ffn_cols = [&](int width, int part) {
+    // Columns of this rank's part of an fc1 of `total` width (swiglu: its gate and up halves).
+    auto ffn_cols_of = [&](int total, int width, int part) {
       std::vector<std::pair<int, int>> cols{{part * width, (part + 1) * width}};
-      if (swiglu) cols.push_back({F + part * width, F + (part + 1) * width});
+      if (swiglu) cols.push_back({total + part * width, total + (part + 1) * width});
       return cols;
     };
+    auto ffn_cols = [&](int width, int part) { return ffn_cols_of(F, width, part); };
     if (!li.moe) {
       li.fc1 = add_param(p + "mlp.fc1", "mlp_fc1", base + 6, false, false,
                          make_slice(1, h, F1, 0, 1, 0, h, ffn_cols(F_l, ti)), 0, sd);
@@ -184,11 +214,19 @@ void Trainer::Impl::register_params() {
       const int part = cfg.expert_tp ? ti : 0;
       li.gate = add_param(p + "moe.gate", "gate", base + 8, false, true, make_slice(1, h, E, 0, 1, 0, h, {{0, E}}), 0,
                           sd_gate);
+      const int F1x = swiglu ? 2 * Fx : Fx;
       li.efc1 = add_param(p + "moe.experts.fc1", "expert_fc1", base + 9, true, false,
-                          make_slice(E, h, F1, ei * El, (ei + 1) * El, 0, h, ffn_cols(Fe, part)), 0, sd);
+                          make_slice(E, h, F1x, ei * El, (ei + 1) * El, 0, h, ffn_cols_of(Fx, Fe, part)), 0, sd);
       li.efc2 = add_param(p + "moe.experts.fc2", "expert_fc2", base + 10, true, false,
-                          make_slice(E, F, h, ei * El, (ei + 1) * El, part * Fe, (part + 1) * Fe, {{0, h}}), 0,
+                          make_slice(E, Fx, h, ei * El, (ei + 1) * El, part * Fe, (part + 1) * Fe, {{0, h}}), 0,
                           sd_out);
+      if (Fs > 0) {
+        const int F1s = swiglu ? 2 * Fs : Fs;
+        li.sfc1 = add_param(p + "moe.shared.fc1", "shared_fc1", base + 11, false, false,
+                            make_slice(1, h, F1s, 0, 1, 0, h, ffn_cols_of(Fs, Fs_l, ti)), 0, sd);
+        li.sfc2 = add_param(p + "moe.shared.fc2", "shared_fc2", base + 12, false, false,
+                            make_slice(1, Fs, h, 0, 1, ti * Fs_l, (ti + 1) * Fs_l, {{0, h}}), 0, sd_out);
+      }
     }
   }
 }
@@ -215,6 +253,29 @@ void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendb
   if (mode == CommMode::record) {
     cur_stash->emplace_back();
     ops.copy(ensure(cur_stash->back(), recv_count), recvbuf, recv_count);
+  }
+}
+
+void Trainer::Impl::all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
+                                 const std::vector<std::size_t>& recv_counts) {
+  std::size_t recv_total = 0;
+  for (std::size_t c : recv_counts) recv_total += c;
+  if (mode == CommMode::replay) {
+    Tensor& saved = (*cur_stash)[stash_next++];
+    ops.copy(recvbuf, saved.data(), recv_total);
+    return;
+  }
+  if (ep->size() == 1) {
+    ops.copy(recvbuf, sendbuf, recv_total);
+  } else {
+    const double t0 = clock();
+    ep->all_to_all_v(sendbuf, send_counts, recvbuf, recv_counts, Dtype::fp32);
+    ep->wait();
+    phase[kEpAllToAll] += now_s() - t0;
+  }
+  if (mode == CommMode::record) {
+    cur_stash->emplace_back();
+    ops.copy(ensure(cur_stash->back(), std::max<std::size_t>(recv_total, 1)), recvbuf, recv_total);
   }
 }
 
@@ -346,6 +407,7 @@ double Trainer::loss_and_grads(std::int64_t iteration) {
 double Trainer::loss_only(std::int64_t iteration) { return impl_->run_micro_batches(iteration, false)[0]; }
 
 std::uint64_t Trainer::routing_signature() const { return impl_->routing_sig; }
+const std::vector<double>& Trainer::imbalance_samples() const { return impl_->imbalance_samples; }
 std::vector<Checksum> Trainer::checksums() { return impl_->checksums(); }
 ParamStore& Trainer::params() { return impl_->store; }
 std::vector<float> Trainer::param_to_host(int id) {

@@ -50,6 +50,7 @@ struct TrainerOptions {
   double data_noise = 0.1;
   std::size_t optimizer_tile = 1 << 16;  // elements per tiled expert Adam call
   bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
+  bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
 };
 
 struct StepStats {
@@ -87,6 +88,9 @@ class Trainer {
   // Hash of every MoE routing decision of the last forward (detects routing flips); 0 without
   // TrainerOptions::track_routing.
   std::uint64_t routing_signature() const;
+  // With TrainerOptions::track_imbalance: the busiest expert's tokens over the mean, one sample per
+  // MoE layer pass (forward, recompute excluded) since construction, over the expert group.
+  const std::vector<double>& imbalance_samples() const;
 
   // Collective over the world: per-kind checksums of the global model, then "all".
   std::vector<Checksum> checksums();

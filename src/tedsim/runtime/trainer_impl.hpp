@@ -33,16 +33,23 @@ struct LayerIds {
   bool moe = false;
   int ln1_g = -1, ln1_b = -1, qkv = -1, out = -1, ln2_g = -1, ln2_b = -1;
   int fc1 = -1, fc2 = -1, gate = -1, efc1 = -1, efc2 = -1;
+  int sfc1 = -1, sfc2 = -1;  // shared experts (a dense MLP beside the routed ones)
 };
 
 struct LayerActs {
   Tensor xn1, mean1, rstd1, q, kx, vx, probs, ctxh, ctx, x1, xn2, mean2, rstd2;
   Tensor f1, a1;                                  // dense MLP
   Tensor logits, ein, ef1, ea1, cbuf;             // MoE
+  Tensor sf1, sa1;                                // shared experts
   std::unique_ptr<Routing> gate;                  // made by the ops on first use, reused
+  // Dropless exchange of this layer's micro-batch: the busiest local expert's count (the dispatch
+  // buffer's capacity), each expert's kept rows [E], and the rows received for each local expert
+  // from each source rank of the expert group [S][El].
+  int dl_capacity = 0;
+  std::vector<std::int32_t> dl_kept, dl_recv;
   void release_all() {
     for (Tensor* t : {&xn1, &mean1, &rstd1, &q, &kx, &vx, &probs, &ctxh, &ctx, &x1, &xn2, &mean2, &rstd2, &f1, &a1,
-                      &logits, &ein, &ef1, &ea1, &cbuf})
+                      &logits, &ein, &ef1, &ea1, &cbuf, &sf1, &sa1})
       release(*t);
   }
 };
@@ -87,7 +94,13 @@ struct Trainer::Impl {
   int L = 0, t = 1, ti = 0, e = 1, b = 1, s = 0, T = 0, h = 0;
   int a_l = 0, kv_l = 0, hd = 0, q_l = 0, kvd_l = 0, qkv_l = 0;
   int F = 0, F_l = 0, F1_l = 0;  // dense MLP: per-rank width and fc1 output width (2x for swiglu)
-  int Fe = 0, F1e = 0;           // experts: per-rank width (F/t with expert TP, else F)
+  int Fx = 0;                    // experts: full width (the model's expert_ffn)
+  int Fe = 0, F1e = 0;           // experts: per-rank width (Fx/t with expert TP, else Fx)
+  int Fs = 0, Fs_l = 0, F1s_l = 0;  // shared experts: all of them side by side, and per rank
+  bool dropless = false;         // every token reaches its k experts (all-to-all-v exchange)
+  bool generic_router = false;   // today's routers (kernels/cpu/router.hpp) rather than DeepSpeed's fused gating
+  kernels::RouterConfig router_cfg;
+  std::vector<double> imbalance_samples;  // with opt.track_imbalance: busiest expert / mean, per MoE layer pass
   int V = 0, V_l = 0, v0 = 0;
   int E = 0, El = 0, k = 1, C = 0, Cp = 0;
   bool swiglu = false, split = false, etp_split = false;
@@ -109,6 +122,8 @@ struct Trainer::Impl {
   std::vector<std::vector<Tensor>> stash;   // CAC: per layer, collective outputs of the first forward
   Tensor xf, lnf_mean, lnf_rstd, logits, red, gbuf, gtmp, gtmp2, scratch_out, lnd_g, lnd_b;
   Tensor send, recv, gath, gmoe, gw, gweight;  // MoE communication / gradient scratch
+  Tensor shared_out, sh_ga, sh_gf, sh_gx;      // shared experts' output and gradient scratch
+  Tensor dl_send_counts, dl_recv_counts;       // dropless: counts exchanged as floats (exact below 2^24)
   Tensor loss_sums;                            // the step's loss shares, reduced over replicas
   std::vector<std::int32_t> tokens, targets;  // host: the ops upload what they need
   std::vector<float> host_red;                // host copy of the cross-entropy row statistics
@@ -178,6 +193,9 @@ struct Trainer::Impl {
   enum class Coll { all_reduce, all_gather, all_to_all };
   void collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph);
   void tp_allreduce(float* buf, std::size_t n) { collective(Coll::all_reduce, *tp, buf, buf, n, kTpAllReduce); }
+  // Uneven all-to-all over the expert group, counts in elements; recorded and replayed like the others.
+  void all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
+                    const std::vector<std::size_t>& recv_counts);
 
   // ---------------------------------------------------------------- layout helpers
   // [E][C][h] -> this TP rank's capacity slice [E][Cp][h].
@@ -195,6 +213,18 @@ struct Trainer::Impl {
   void layer_forward(int l, const float* x, LayerActs& A, float* out);
 
   void moe_forward(const LayerIds& li, LayerActs& A, float* out);
+  void route(const LayerIds& li, LayerActs& A);
+  void shared_forward(const LayerIds& li, LayerActs& A);  // into shared_out, all-reduced
+  void shared_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);  // adds into gxn
+  // Dropless: the dispatch buffer [E][C][h] of kept rows <-> each local expert's rows from every
+  // source, expert-major, over all_to_all_v; and the experts on those variable row counts.
+  void dropless_exchange_out(LayerActs& A, const float* dbuf, float* expert_rows);
+  void dropless_exchange_back(LayerActs& A, const float* expert_rows, float* dbuf);
+  void dropless_experts_forward(const LayerIds& li, LayerActs& A, float* out);
+  void dropless_experts_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);
+  // Capacity mode: the fixed [E][C][h] buffers, DTD's split, all_to_all.
+  void capacity_experts_forward(const LayerIds& li, LayerActs& A, float* out);
+  void capacity_experts_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);
 
   // ---------------------------------------------------------------- layer backward
   // g: gradient w.r.t. the layer output on entry, w.r.t. its input on exit.
