@@ -30,4 +30,41 @@ inline ModelSpec small_moe(int layers = 2, Activation act = Activation::gelu, bo
   return m;
 }
 
+// Today's shapes on the small decoder (4 layers, 8 experts): the routers and dispatch modes the
+// training step runs beside DeepSpeed's gating.
+enum TodaysMoe {
+  kTedModel = 0,        // small_moe(4): capacity-based top-2 softmax gating
+  kDroplessShared = 1,  // dropless top-4 of 8 experts a quarter of the dense width, a shared expert,
+                        // a dense first layer, SwiGLU, renormalized softmax-top-k
+  kSigmoidGroups = 2,   // DeepSeek-V3's sigmoid router, renormalized, scaled 2.5, within 2 of 4 groups, dropless
+  kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity
+};
+
+inline ModelSpec small_todays_moe(TodaysMoe kind) {
+  ModelSpec m = small_moe(4, kind == kDroplessShared ? Activation::swiglu : Activation::gelu, true);
+  if (kind == kTedModel) return m;
+  m.moe.experts = 8;
+  m.moe.every = 1;
+  m.moe.top_k = kind == kTopkSoftmax ? 2 : 4;
+  m.moe.capacity_factor = kind == kTopkSoftmax ? 8.0 : 0.0;
+  if (kind == kDroplessShared) {
+    m.moe.first_dense = 1;
+    m.moe.ffn = 16;
+    m.moe.shared_experts = 1;
+    m.moe.shared_ffn = 32;
+    m.moe.router = Router::softmax_topk;
+    m.moe.normalize_topk = true;
+  } else if (kind == kSigmoidGroups) {
+    m.moe.router = Router::sigmoid;
+    m.moe.normalize_topk = true;
+    m.moe.routed_scaling = 2.5;
+    m.moe.groups = 4;
+    m.moe.topk_groups = 2;
+  } else {
+    m.moe.router = Router::topk_softmax;
+  }
+  m.validate("runtime test model");
+  return m;
+}
+
 }  // namespace tedsim::test

@@ -25,37 +25,8 @@ struct TrainRun {
   std::vector<runtime::Checksum> sums;
 };
 
-// The models the cases train: 0, the TED one (capacity-based top-2 softmax gating); today's shapes:
-// 1, dropless top-4 of 8 fine-grained experts (a quarter of the dense width) beside a shared expert,
-// after a dense first layer, SwiGLU; 2, DeepSeek-V3's sigmoid router, renormalized and scaled, within
-// 2 of 4 groups, dropless; 3, Mixtral's top-k-softmax router with a roomy capacity.
-enum ModelKind { kTedModel = 0, kDroplessShared = 1, kSigmoidGroups = 2, kTopkSoftmax = 3 };
-
 ModelSpec equivalence_model(int kind) {
-  ModelSpec m = small_moe(4, kind == kDroplessShared ? Activation::swiglu : Activation::gelu, true);
-  if (kind == kTedModel) return m;
-  m.moe.experts = 8;
-  m.moe.every = 1;
-  m.moe.top_k = kind == kTopkSoftmax ? 2 : 4;
-  m.moe.capacity_factor = kind == kTopkSoftmax ? 8.0 : 0.0;
-  if (kind == kDroplessShared) {
-    m.moe.first_dense = 1;
-    m.moe.ffn = 16;
-    m.moe.shared_experts = 1;
-    m.moe.shared_ffn = 32;
-    m.moe.router = Router::softmax_topk;
-    m.moe.normalize_topk = true;
-  } else if (kind == kSigmoidGroups) {
-    m.moe.router = Router::sigmoid;
-    m.moe.normalize_topk = true;
-    m.moe.routed_scaling = 2.5;
-    m.moe.groups = 4;
-    m.moe.topk_groups = 2;
-  } else {
-    m.moe.router = Router::topk_softmax;
-  }
-  m.validate("equivalence model");
-  return m;
+  return kind == kTedModel ? small_moe(4, Activation::gelu, true) : small_todays_moe(static_cast<TodaysMoe>(kind));
 }
 
 runtime::TrainerOptions equivalence_options() {
