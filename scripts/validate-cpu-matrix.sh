@@ -120,6 +120,19 @@ for path in sorted(glob.glob(os.path.join(tmp, "results", "*.json"))):
     diff, ph, a, b = max(diffs)
     largest.append(f"- {name}: {ph}, {ms(a)} predicted vs {ms(b)} measured ms ({err(a, b)}; "
                    f"{100 * diff / mi:.1f}% of the iteration)")
+imbalance = []
+for path in sorted(glob.glob(os.path.join(tmp, "results", "*.json"))):
+    d = json.load(open(path))
+    if "imbalance" in d:
+        i = d["imbalance"]
+        imbalance.append(f"| {os.path.basename(path)[:-5]} | {i['assumed']:.2f} | {i['measured_median']:.2f} ({i['samples']} passes) | "
+                         f"{ms(d['predicted']['iteration_time_s'])} ({err(d['predicted']['iteration_time_s'], d['measured']['iteration_time_s'])}) | "
+                         f"{ms(i['iteration_time_s_with_measured'])} ({err(i['iteration_time_s_with_measured'], d['measured']['iteration_time_s'])}) |")
+if imbalance:
+    lines += ["", "Dropless configurations: the load imbalance (busiest expert's tokens over the mean) the prediction "
+              "assumed, the one the step measured (median over MoE layer passes on rank 0's expert group), and the "
+              "iteration predicted with each (error against the measured iteration):", "",
+              "| config | assumed | measured | predicted ms, assumed | predicted ms, measured |", "|---|---|---|---|---|"] + imbalance
 lines += ["", f"Largest iteration error: {100 * worst:.1f}%.", "",
           "## Largest phase error of each configuration (in ms, as a share of the measured iteration)", ""] + largest
 notes = os.path.join(root, "reports", "validation-cpu-notes.md")

@@ -88,6 +88,9 @@ void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
   if (y.has("recompute_modules")) text("recompute_modules", "--recompute-modules", o.knobs.recompute_modules);
   if (y.has("sequence_parallel"))
     flag("sequence_parallel", "--sequence-parallel", "--no-sequence-parallel", o.knobs.sequence_parallel);
+  // Routing overrides of the model, as --capacity-factor and --imbalance.
+  if (y.has("capacity_factor") && !given(cmd, "--capacity-factor")) o.in.capacity_factor = y.nonnegative_number("capacity_factor", 0.0);
+  if (y.has("imbalance") && !given(cmd, "--imbalance")) o.in.imbalance = y.positive_number("imbalance");
   o.knobs.cac_given = true;  // a config file states cac, dtd and checkpoint
   o.knobs.dtd_given = true;
   o.knobs.checkpoint_given = switch_given(*cmd, "checkpoint");
@@ -106,24 +109,25 @@ nlohmann::json rel_error_json(double predicted, double measured) {
 }
 
 // What the training step runs: the TED decoder (layernorm, no biases, head_dim = hidden/heads,
-// multi-head or grouped-query attention) with experts as wide as the dense FFN, DeepSpeed's
-// softmax-then-top-k router (k >= 2 renormalized) and capacity-based dispatch. The first feature of
-// `m` outside that, in words; empty if none.
-std::string model_the_step_cannot_run(const ModelSpec& m) {
+// multi-head or grouped-query attention) with routed experts of any width, shared experts, dense
+// and MoE layers in any pattern; on the CPU backend every router of kernels/cpu/router.hpp and
+// dropless routing over all-to-all-v (with expert TP and without DTD when t > 1), on the CUDA
+// backend DeepSpeed's softmax-top-k gating with a capacity. The first feature of `m` under `c`
+// outside that, in words; empty if none.
+std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
   if (m.is_mla()) return "multi-head latent attention (MLA)";
   if (m.head_dim() * m.heads != m.hidden) return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads";
   if (m.norm == Norm::rmsnorm) return "RMSNorm";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (!m.is_moe()) return {};
   const MoeSpec& e = m.moe;
-  if (e.shared_experts > 0) return "shared experts";
-  if (m.expert_ffn() != m.ffn) return "experts narrower or wider than the dense FFN (moe.ffn " + std::to_string(m.expert_ffn()) + ")";
-  if (e.router != Router::softmax_topk) return std::string("the ") + to_string(e.router) + " router";
-  if (e.normalize_topk != (e.top_k > 1))
-    return std::string("softmax-top-k ") + (e.normalize_topk ? "renormalized at k = 1" : "without renormalization at k >= 2");
-  if (e.routed_scaling != 1.0) return "routed scaling";
-  if (e.group_limited()) return "group-limited routing";
-  if (e.dropless()) return "dropless routing (give --capacity-factor F for capacity-based dispatch)";
+  if (e.shared_gate) return "Qwen2-MoE's sigmoid gate on the shared experts";
+  const bool deepspeed_gating = e.router == Router::softmax_topk && e.normalize_topk == (e.top_k > 1) &&
+                                e.routed_scaling == 1.0 && !e.group_limited();
+  if (backend == Backend::cuda && (!deepspeed_gating || e.dropless()))
+    return "today's routers and dropless routing on the CUDA backend (the CPU backend runs them)";
+  if (e.dropless() && c.tp > 1 && (c.dtd || !c.expert_tp))
+    return "dropless routing with DTD or without expert tensor parallelism (give --no-dtd and --expert-tp)";
   return {};
 }
 
@@ -152,7 +156,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                      ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");
   if (in.model.dtype == Dtype::fp8)
     throw InputError("--dtype fp8: validate cannot run FP8 training yet (simulate and search model it)");
-  if (const std::string why = model_the_step_cannot_run(in.model); !why.empty())
+  if (const std::string why = model_the_step_cannot_run(in.model, c, backend); !why.empty())
     throw InputError("model '" + in.model.name + "': validate cannot run " + why +
                      " yet (simulate and search model it; the CPU training step is the TED one)");
   for (int p = 0; p < runtime::kPhaseCount; ++p)
@@ -210,6 +214,21 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
           << "while the prediction assumes " << to_string(in.model.dtype)
           << " activations and messages: expect measured memory and collective times above the prediction\n";
     out << "loss: " << fixed(run.losses.front(), 4) << " (first step) -> " << fixed(run.losses.back(), 4) << " (last)\n";
+    // Dropless: the load imbalance the step saw beside the one the prediction assumed, and the
+    // prediction again with the measured one.
+    double measured_imbalance = 0, repredicted_s = 0;
+    if (!run.imbalance.empty()) {
+      measured_imbalance = runtime::spread_of(run.imbalance).median;
+      ModelSpec remodel = in.model;
+      remodel.moe.imbalance = std::max(1.0, measured_imbalance);
+      const Evaluator reevaluator(remodel, in.topology, *in.profile);
+      repredicted_s = reevaluator.evaluate(c).sim.iteration_s;
+      out << "load imbalance (busiest expert / mean): measured " << fixed(measured_imbalance, 3) << " (median of "
+          << run.imbalance.size() << " MoE layer passes on rank 0's expert group), assumed "
+          << fixed(in.model.moe.imbalance, 3) << "\n"
+          << "prediction with the measured imbalance: " << ms(repredicted_s) << " ms per iteration, error "
+          << rel_error(repredicted_s, run.iteration.median) << "\n";
+    }
     const double err = run.iteration.median > 0 ? (pred.sim.iteration_s - run.iteration.median) / run.iteration.median : 0;
     if (std::fabs(err) <= o.tolerance)
       out << "verdict: prediction within " << fixed(100 * o.tolerance, 0) << "% of the measured iteration time\n";
@@ -244,6 +263,12 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                          {"memory_method", "peak bytes of the step's tensors (tracking allocator), max over ranks"},
                          {"max_rss_bytes", run.max_rss_bytes}};
       doc["error"] = errors;
+      if (!run.imbalance.empty())
+        doc["imbalance"] = {{"assumed", in.model.moe.imbalance},
+                            {"measured_median", measured_imbalance},
+                            {"samples", run.imbalance.size()},
+                            {"iteration_time_s_with_measured", repredicted_s},
+                            {"error_with_measured", rel_error_json(repredicted_s, run.iteration.median)}};
       doc["config"] = config_json(c, in.model);
       doc["losses"] = run.losses;
       doc["model"] = in.model.name;

@@ -36,6 +36,8 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
   run.iterations = iterations;
   TrainerOptions measured = options;
   measured.track_routing = false;  // no host copies of routing inside timed iterations
+  // Two one-value reductions per dropless MoE layer pass: small beside the step.
+  measured.track_imbalance = model.is_moe() && model.moe.dropless();
   Trainer trainer(world, model, config, measured);
   run.description = trainer.describe();
   for (int i = 0; i < warmup; ++i) run.losses.push_back(trainer.step().loss);
@@ -59,6 +61,7 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
     phases.push_back(mean);
   }
   run.iteration = spread_of(run.iteration_s);
+  run.imbalance = trainer.imbalance_samples();
   for (int p = 0; p < kPhaseCount; ++p) {
     std::vector<double> v;
     for (const auto& ph : phases) v.push_back(ph[p]);

@@ -29,6 +29,9 @@ struct MeasuredRun {
   double tensor_peak_bytes = 0;          // max over ranks
   double max_rss_bytes = 0;              // max over ranks
   std::string description;               // Trainer::describe()
+  // Dropless models: the busiest expert's tokens over the mean, per MoE layer pass, on rank 0's
+  // expert group (warm-up included).
+  std::vector<double> imbalance;
 };
 
 // Collective over `world`. Throws what the Trainer throws.
