@@ -117,7 +117,7 @@ nlohmann::json rel_error_json(double predicted, double measured) {
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
   if (m.is_mla()) return "multi-head latent attention (MLA)";
   if (m.head_dim() * m.heads != m.hidden) return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads";
-  if (m.norm == Norm::rmsnorm) return "RMSNorm";
+  if (m.norm == Norm::rmsnorm && backend == Backend::cuda) return "RMSNorm on the CUDA backend (the CPU backend runs it)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (!m.is_moe()) return {};
   const MoeSpec& e = m.moe;

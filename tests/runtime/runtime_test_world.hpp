@@ -35,7 +35,7 @@ inline ModelSpec small_moe(int layers = 2, Activation act = Activation::gelu, bo
 enum TodaysMoe {
   kTedModel = 0,        // small_moe(4): capacity-based top-2 softmax gating
   kDroplessShared = 1,  // dropless top-4 of 8 experts a quarter of the dense width, a shared expert,
-                        // a dense first layer, SwiGLU, renormalized softmax-top-k
+                        // a dense first layer, SwiGLU, RMSNorm, renormalized softmax-top-k
   kSigmoidGroups = 2,   // DeepSeek-V3's sigmoid router, renormalized, scaled 2.5, within 2 of 4 groups, dropless
   kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity
 };
@@ -54,6 +54,7 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
     m.moe.shared_ffn = 32;
     m.moe.router = Router::softmax_topk;
     m.moe.normalize_topk = true;
+    m.norm = Norm::rmsnorm;
   } else if (kind == kSigmoidGroups) {
     m.moe.router = Router::sigmoid;
     m.moe.normalize_topk = true;

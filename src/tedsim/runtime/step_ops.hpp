@@ -57,6 +57,11 @@ class StepOps {
   virtual void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                                   const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma,
                                   float* grad_beta) = 0;
+  // RMSNorm (kernels/cpu/rmsnorm.hpp): CPU step only yet; the CUDA ops throw RunError.
+  virtual void rmsnorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, float* y,
+                               float* rstd) = 0;
+  virtual void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd,
+                                const float* grad_y, float* grad_x, float* grad_gamma) = 0;
   virtual void gelu_forward(std::size_t n, const float* x, float* y) = 0;
   virtual void gelu_backward(std::size_t n, const float* x, const float* grad_y, float* grad_x) = 0;
   virtual void swiglu_forward(int rows, int ffn, const float* x, float* y) = 0;

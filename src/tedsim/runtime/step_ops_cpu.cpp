@@ -10,6 +10,7 @@
 #include "tedsim/kernels/cpu/attention.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
+#include "tedsim/kernels/cpu/rmsnorm.hpp"
 #include "tedsim/runtime/step_ops.hpp"
 
 namespace tedsim::runtime {
@@ -54,6 +55,14 @@ class CpuStepOps final : public StepOps {
   void layernorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, const float* beta,
                          float* y, float* mean, float* rstd) override {
     kernels::layernorm_forward(rows, hidden, eps, x, gamma, beta, y, mean, rstd);
+  }
+  void rmsnorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, float* y,
+                       float* rstd) override {
+    kernels::rmsnorm_forward(rows, hidden, eps, x, gamma, y, rstd);
+  }
+  void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd, const float* grad_y,
+                        float* grad_x, float* grad_gamma) override {
+    kernels::rmsnorm_backward(rows, hidden, x, gamma, rstd, grad_y, grad_x, grad_gamma);
   }
   void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                           const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma,

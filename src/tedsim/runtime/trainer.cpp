@@ -174,7 +174,8 @@ void Trainer::Impl::register_params() {
     else if (first_stage()) lm = emb;
     else lm = add_param("embedding.copy", "embedding", 1, false, false, vocab_rows, 0, sd, true);
     lnf_g = add_param("final_ln.gamma", "final_ln", 3, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
-    lnf_b = add_param("final_ln.beta", "final_ln", 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
+    if (model.norm == Norm::layernorm)
+      lnf_b = add_param("final_ln.beta", "final_ln", 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
   }
   const int kvd = model.kv_dim();
   ids.resize(L);
@@ -185,7 +186,8 @@ void Trainer::Impl::register_params() {
     const std::string p = "layer" + std::to_string(l) + ".";
     li.moe = model.is_moe_layer(l);
     li.ln1_g = add_param(p + "ln1.gamma", "ln", base + 0, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
-    li.ln1_b = add_param(p + "ln1.beta", "ln", base + 1, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
+    const bool beta = model.norm == Norm::layernorm;  // RMSNorm has a gain only
+    if (beta) li.ln1_b = add_param(p + "ln1.beta", "ln", base + 1, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
     li.qkv = add_param(p + "attn.qkv", "attn_qkv", base + 2, false, false,
                        make_slice(1, h, h + 2 * kvd, 0, 1, 0, h,
                                   {{ti * q_l, (ti + 1) * q_l},
@@ -195,7 +197,7 @@ void Trainer::Impl::register_params() {
     li.out = add_param(p + "attn.out", "attn_out", base + 3, false, false,
                        make_slice(1, h, h, 0, 1, ti * q_l, (ti + 1) * q_l, {{0, h}}), 0, sd_out);
     li.ln2_g = add_param(p + "ln2.gamma", "ln", base + 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
-    li.ln2_b = add_param(p + "ln2.beta", "ln", base + 5, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
+    if (beta) li.ln2_b = add_param(p + "ln2.beta", "ln", base + 5, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
     const int F1 = swiglu ? 2 * F : F;
     // Columns of this rank's part of an fc1 of `total` width (swiglu: its gate and up halves).
     auto ffn_cols_of = [&](int total, int width, int part) {

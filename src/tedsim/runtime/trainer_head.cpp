@@ -17,8 +17,7 @@ void Trainer::Impl::embed_forward() {
 double Trainer::Impl::head_and_loss(bool backward) {
   const std::size_t Th = static_cast<std::size_t>(T) * h;
   double t0 = clock();
-  ops.layernorm_forward(T, h, kLnEps, inputs[L].data(), P(lnf_g), P(lnf_b), ensure(xf, Th), ensure(lnf_mean, T),
-                        ensure(lnf_rstd, T));
+  norm_forward(inputs[L].data(), lnf_g, lnf_b, ensure(xf, Th), lnf_mean, lnf_rstd);
   phase[kOther] += clock() - t0;
   float* lg = ensure(logits, static_cast<std::size_t>(T) * V_l);
   mm_bt(T, V_l, h, xf.data(), P(lm), lg);
@@ -56,10 +55,7 @@ double Trainer::Impl::head_and_loss(bool backward) {
   tp_allreduce(gxf, Th);
   t0 = clock();
   float* g = ensure(gbuf, Th);
-  ops.layernorm_backward(T, h, inputs[L].data(), P(lnf_g), lnf_mean.data(), lnf_rstd.data(), gxf, g, ensure(lnd_g, h),
-                         ensure(lnd_b, h));
-  add_into(h, lnd_g.data(), G(lnf_g));
-  add_into(h, lnd_b.data(), G(lnf_b));
+  ln_backward(inputs[L].data(), lnf_g, lnf_b, lnf_mean.data(), lnf_rstd.data(), gxf, g);
   phase[kOther] += clock() - t0;
   return loss;
 }

@@ -230,6 +230,8 @@ struct Trainer::Impl {
   // g: gradient w.r.t. the layer output on entry, w.r.t. its input on exit.
   void layer_backward(int l, const float* x, LayerActs& A, float* g);
 
+  // The model's norm (layernorm, or RMSNorm without a beta: bid -1) forward and backward over T rows.
+  void norm_forward(const float* x, int gid, int bid, float* y, Tensor& mean, Tensor& rstd);
   void ln_backward(const float* x, int gid, int bid, const float* mean, const float* rstd, const float* gy, float* gx);
 
   void moe_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);

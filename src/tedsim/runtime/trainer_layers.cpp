@@ -46,8 +46,7 @@ void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* ou
   const LayerIds& li = ids[l];
   const std::size_t Th = static_cast<std::size_t>(T) * h;
   // Attention.
-  ops.layernorm_forward(T, h, kLnEps, x, P(li.ln1_g), P(li.ln1_b), ensure(A.xn1, Th), ensure(A.mean1, T),
-                             ensure(A.rstd1, T));
+  norm_forward(x, li.ln1_g, li.ln1_b, ensure(A.xn1, Th), A.mean1, A.rstd1);
   Tensor& qkv = A.ctx;  // reused: qkv is dead once split into heads
   mm(T, qkv_l, h, A.xn1.data(), P(li.qkv), ensure(qkv, static_cast<std::size_t>(T) * qkv_l));
   const std::size_t hs = static_cast<std::size_t>(b) * a_l * s * hd;
@@ -62,8 +61,7 @@ void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* ou
   tp_allreduce(x1, Th);
   add_into(Th, x, x1);
   // MLP or MoE.
-  ops.layernorm_forward(T, h, kLnEps, x1, P(li.ln2_g), P(li.ln2_b), ensure(A.xn2, Th), ensure(A.mean2, T),
-                             ensure(A.rstd2, T));
+  norm_forward(x1, li.ln2_g, li.ln2_b, ensure(A.xn2, Th), A.mean2, A.rstd2);
   if (!li.moe) {
     mm(T, F1_l, h, A.xn2.data(), P(li.fc1), ensure(A.f1, static_cast<std::size_t>(T) * F1_l));
     activation_forward(T, F_l, A.f1.data(), ensure(A.a1, static_cast<std::size_t>(T) * F_l));
@@ -218,7 +216,20 @@ void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g
   add_into(Th, gln, g);
 }
 
+void Trainer::Impl::norm_forward(const float* x, int gid, int bid, float* y, Tensor& mean, Tensor& rstd) {
+  if (bid < 0) {
+    ops.rmsnorm_forward(T, h, kLnEps, x, P(gid), y, ensure(rstd, T));
+  } else {
+    ops.layernorm_forward(T, h, kLnEps, x, P(gid), P(bid), y, ensure(mean, T), ensure(rstd, T));
+  }
+}
+
 void Trainer::Impl::ln_backward(const float* x, int gid, int bid, const float* mean, const float* rstd, const float* gy, float* gx) {
+  if (bid < 0) {
+    ops.rmsnorm_backward(T, h, x, P(gid), rstd, gy, gx, ensure(lnd_g, h));
+    add_into(h, lnd_g.data(), G(gid));
+    return;
+  }
   ops.layernorm_backward(T, h, x, P(gid), mean, rstd, gy, gx, ensure(lnd_g, h), ensure(lnd_b, h));
   add_into(h, lnd_g.data(), G(gid));
   add_into(h, lnd_b.data(), G(bid));
