@@ -122,9 +122,7 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
   if (!m.is_moe()) return {};
   const MoeSpec& e = m.moe;
   if (e.shared_gate) return "Qwen2-MoE's sigmoid gate on the shared experts";
-  const bool deepspeed_gating = e.router == Router::softmax_topk && e.normalize_topk == (e.top_k > 1) &&
-                                e.routed_scaling == 1.0 && !e.group_limited();
-  if (backend == Backend::cuda && (!deepspeed_gating || e.dropless()))
+  if (backend == Backend::cuda && !e.deepspeed_gating())
     return "today's routers and dropless routing on the CUDA backend (the CPU backend runs them)";
   if (e.dropless() && c.tp > 1 && (c.dtd || !c.expert_tp))
     return "dropless routing with DTD or without expert tensor parallelism (give --no-dtd and --expert-tp)";

@@ -12,6 +12,7 @@
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/adam.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
+#include "tedsim/kernels/cpu/router_of_model.hpp"
 #include "tedsim/kernels/cpu/fast_math.hpp"
 #include "tedsim/kernels/cpu/gating.hpp"
 #include "tedsim/kernels/cpu/gemm.hpp"
@@ -101,17 +102,50 @@ class CpuBench final : public Bench {
     return p;
   }
 
+  // Today's routers (kernels/cpu/router.hpp), the one the model's step runs, at the gating bytes the
+  // workload asks for. Checked for a well-formed routing: experts in range and distinct per token,
+  // finite weights, and (dropless) every choice kept; the kernel's semantics are the unit tests'.
+  Prepared router(double bytes, const ModelSpec& model) {
+    const int E = model.moe.experts, k = model.moe.top_k;
+    const double passes = 1.0 + (model.moe.group_limited() ? 1.0 : 0.0);
+    const int T = int(std::max<std::int64_t>(1, std::int64_t(bytes / (E * 4.0 * passes + k * 12.0))));
+    auto logits = std::make_shared<std::vector<float>>(random_vector(std::size_t(T) * E, 4, -3, 3));
+    auto out = std::make_shared<tk::RouterOutput>();
+    const tk::RouterConfig cfg = tk::router_config(model.moe);
+    Prepared p;
+    p.what = std::string("kernel gating (") + to_string(model.moe.router) + (model.moe.dropless() ? ", dropless)" : ")");
+    p.bytes = double(T) * (E * 4.0 * passes + k * 12.0);
+    p.run = [=] { tk::route_forward(logits->data(), nullptr, T, E, cfg, *out); };
+    p.check = [=] {
+      tk::route_forward(logits->data(), nullptr, T, E, cfg, *out);
+      std::int64_t wrong = 0;
+      for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j) {
+          const std::size_t i = std::size_t(t) * k + j;
+          const int e = out->gate.expert[i];
+          bool repeated = false;
+          for (int j2 = 0; j2 < j; ++j2) repeated = repeated || out->gate.expert[std::size_t(t) * k + j2] == e;
+          wrong += e < 0 || e >= E || repeated || !std::isfinite(out->gate.weight[i]) ||
+                   (!cfg.drop_tokens && out->gate.position[i] < 0);
+        }
+      return wrong;
+    };
+    return p;
+  }
+
   Prepared kernel(KernelKind kind, double bytes, const ModelSpec& model) override {
     const int h = std::max(1, model.hidden);
     const int E = model.is_moe() ? model.moe.experts : 8;
     const int topk = model.is_moe() ? model.moe.top_k : 1;
-    const double f = model.is_moe() ? model.moe.capacity_factor : 1.0;
+    // Dropless models dispatch about k T / E rows per expert: time dispatch and combine there.
+    const double f = model.is_moe() && !model.moe.dropless() ? model.moe.capacity_factor : 1.0;
     const int cmin = model.is_moe() ? model.moe.min_capacity : 4;
     const auto at_least = [](double v) { return std::max<std::int64_t>(1, std::int64_t(v)); };
     Prepared p;
     p.what = std::string("kernel ") + to_string(kind);
     switch (kind) {
       case KernelKind::gating: {
+        if (model.is_moe() && !model.moe.deepspeed_gating()) return router(bytes, model);
         const int T = int(at_least(bytes / (E * 4.0 + topk * 12.0)));
         auto logits = std::make_shared<std::vector<float>>(random_vector(std::size_t(T) * E, 4, -3, 3));
         auto out = std::make_shared<tk::GatingOutput>();

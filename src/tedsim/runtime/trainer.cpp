@@ -2,6 +2,7 @@
 // (forward, recompute, backward) and the step; the parts are in trainer_layers.cpp,
 // trainer_head.cpp and trainer_sync.cpp.
 #include "tedsim/runtime/trainer_impl.hpp"
+#include "tedsim/kernels/cpu/router_of_model.hpp"
 
 namespace tedsim::runtime {
 
@@ -97,21 +98,8 @@ void Trainer::Impl::setup_dims() {
     etp_split = split && cfg.expert_tp;
     dropless = model.moe.dropless();
     const MoeSpec& me = model.moe;
-    // DeepSpeed's fused gating is softmax then top-k, renormalized over the kept choices at k >= 2.
-    const bool deepspeed_gating = me.router == Router::softmax_topk && me.normalize_topk == (k > 1) &&
-                                  me.routed_scaling == 1.0 && !me.group_limited();
-    generic_router = dropless || !deepspeed_gating;
-    router_cfg.kind = me.router == Router::sigmoid        ? kernels::RouterKind::sigmoid
-                      : me.router == Router::topk_softmax ? kernels::RouterKind::topk_softmax
-                                                          : kernels::RouterKind::softmax_topk;
-    router_cfg.k = k;
-    router_cfg.normalize = me.normalize_topk;
-    router_cfg.scaling = float(me.routed_scaling);
-    router_cfg.groups = me.group_limited() ? me.groups : 1;
-    router_cfg.topk_groups = me.group_limited() ? me.topk_groups : 1;
-    router_cfg.capacity_factor = me.capacity_factor;
-    router_cfg.min_capacity = me.min_capacity;
-    router_cfg.drop_tokens = !dropless;
+    generic_router = !me.deepspeed_gating();
+    router_cfg = kernels::router_config(me);
     if (dropless && split)
       throw InputError("dropless routing runs with expert tensor parallelism and without DTD (or t = 1) yet; got " +
                        cfg.describe());

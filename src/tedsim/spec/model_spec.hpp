@@ -67,6 +67,12 @@ struct MoeSpec {
   double imbalance = kDefaultImbalance;  // dropless: the busiest expert's tokens over the mean
 
   bool dropless() const { return capacity_factor == 0; }
+  // DeepSpeed's top-k gating with a capacity (the fused kernel of the TED step): softmax then top-k,
+  // k >= 2 renormalized, no scaling or groups. Other routers and dropless use kernels/cpu/router.hpp.
+  bool deepspeed_gating() const {
+    return router == Router::softmax_topk && normalize_topk == (top_k > 1) && routed_scaling == 1.0 && !group_limited() &&
+           !dropless();
+  }
   bool group_limited() const { return groups > 1 && topk_groups < groups; }
 };
 
