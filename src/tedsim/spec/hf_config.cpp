@@ -133,13 +133,17 @@ const Architecture kArchitectures[] = {
     {"GptOssForCausalLM", Family::gpt_oss},
 };
 
-json parse_file(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open file");
   std::stringstream buffer;
   buffer << in.rdbuf();
+  return buffer.str();
+}
+
+json parse_text(const std::string& text, const std::string& path) {
   try {
-    json j = json::parse(buffer.str());
+    json j = json::parse(text);
     if (!j.is_object()) throw InputError(path + ": expected a JSON object (a Hugging Face config.json)");
     return j;
   } catch (const json::parse_error& e) {
@@ -336,8 +340,10 @@ const std::vector<std::string>& hf_architectures() {
   return names;
 }
 
-HfImport import_hf_config(const std::string& path) {
-  const json root = parse_file(path);
+HfImport import_hf_config(const std::string& path) { return import_hf_config_text(read_file(path), path); }
+
+HfImport import_hf_config_text(const std::string& text, const std::string& path) {
+  const json root = parse_text(text, path);
   HfReader r(root, path);
   HfImport out;
   const Family family = read_architecture(r, root);

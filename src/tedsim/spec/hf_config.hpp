@@ -21,6 +21,7 @@ struct HfImport {
 // Reads a config.json; an unknown architecture, a missing or malformed shape key, or a key that
 // would change the shape and is not understood is an InputError naming the file and the key.
 HfImport import_hf_config(const std::string& path);
+HfImport import_hf_config_text(const std::string& text, const std::string& name);  // `name` in messages
 ModelSpec load_hf_config(const std::string& path);  // the model of import_hf_config
 
 // The architectures import_hf_config reads, for messages and docs.

@@ -140,5 +140,8 @@ struct ModelSpec {
 // one). Unknown keys, wrong types and impossible values are InputErrors with the file and the key.
 ModelSpec load_model(const std::string& path);
 ModelSpec load_model_yaml(const std::string& path);
+ModelSpec model_from_yaml_text(const std::string& text, const std::string& name);  // `name` in messages
+class YamlMap;
+ModelSpec model_from_yaml(const YamlMap& root, const std::string& path);
 
 }  // namespace tedsim

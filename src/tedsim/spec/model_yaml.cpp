@@ -77,8 +77,13 @@ void read_moe(const YamlMap& root, ModelSpec& m) {
 
 }  // namespace
 
-ModelSpec load_model_yaml(const std::string& path) {
-  const YamlMap root = YamlMap::load_file(path);
+ModelSpec load_model_yaml(const std::string& path) { return model_from_yaml(YamlMap::load_file(path), path); }
+
+ModelSpec model_from_yaml_text(const std::string& text, const std::string& name) {
+  return model_from_yaml(YamlMap::from_string(text, name), name);
+}
+
+ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   ModelSpec m;
   m.name = root.text("name");
   m.source = root.text("source", "");

@@ -24,8 +24,13 @@ void check_fraction_curve(const YamlMap& map, const std::string& key, const Curv
 
 }  // namespace
 
-TopologySpec load_topology(const std::string& path) {
-  const YamlMap root = YamlMap::load_file(path);
+TopologySpec load_topology(const std::string& path) { return topology_from_yaml(YamlMap::load_file(path), path); }
+
+TopologySpec topology_from_yaml_text(const std::string& text, const std::string& name) {
+  return topology_from_yaml(YamlMap::from_string(text, name), name);
+}
+
+TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
   TopologySpec t;
   t.name = root.text("name");
   t.source = root.text("source", "");

@@ -46,5 +46,8 @@ struct TopologySpec {
 };
 
 TopologySpec load_topology(const std::string& path);
+TopologySpec topology_from_yaml_text(const std::string& text, const std::string& name);  // `name` in messages
+class YamlMap;
+TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path);
 
 }  // namespace tedsim
