@@ -3,21 +3,25 @@
 #
 # usage: scripts/fuzz.sh [SECONDS] [--runs N] [--build DIR] [--report FILE]
 #   SECONDS   time per target (default 60); --runs N stops each target after N executions instead
+#   --merge-corpus  minimize this run's corpus into tests/fuzz/corpus/ afterwards
 #   --report  write the run's table (executions, coverage, crashes) as markdown to FILE
 # Seeds: models/ (YAML and Hugging Face configs), topologies/, configs/, tests/bad_inputs/, the
-# profiles under tests/ and reports/, and a few layout strings and command lines. Crashes are
-# written to BUILD/fuzz/TARGET/crashes/ and the script exits 1 when there is one.
+# profiles under tests/ and reports/, a few layout strings and command lines, and the minimized
+# corpus committed under tests/fuzz/corpus/TARGET (--merge-corpus refreshes it from this run's).
+# Crashes are written to BUILD/fuzz/TARGET/crashes/ and the script exits 1 when there is one.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds=60
 runs=""
 build="$root/build-fuzz"
 report=""
+merge=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --report) report="$2"; shift 2 ;;
+    --merge-corpus) merge=1; shift ;;
     -h|--help) sed -n 2,10p "$0"; exit 0 ;;
     [0-9]*) seconds="$1"; shift ;;
     *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -62,7 +66,9 @@ for t in "${targets[@]}"; do
   echo "== $t" >&2
   start=$(date +%s)
   set +e
-  (cd "$root" && TEDSIM_DATA_DIR="$root" "$build/tests/fuzz/$t" "$dir/corpus" "$dir/seeds" "${limit[@]}" -rss_limit_mb=2048 \
+  committed="$root/tests/fuzz/corpus/$t"
+  mkdir -p "$committed"
+  (cd "$root" && TEDSIM_DATA_DIR="$root" "$build/tests/fuzz/$t" "$dir/corpus" "$committed" "$dir/seeds" "${limit[@]}" -rss_limit_mb=2048 \
       -timeout=10 -max_len=16384 -artifact_prefix="$dir/crashes/" -print_final_stats=1) > "$dir/log.txt" 2>&1
   rc=$?
   set -e
@@ -76,6 +82,15 @@ for t in "${targets[@]}"; do
   rows+=("| $t | $execs | $elapsed | $cov | $ft | $corpus | $crashes |")
   echo "$t: $execs executions in ${elapsed}s, coverage $cov edges, $ft features, corpus $corpus, crashes $crashes" >&2
 done
+if [[ $merge -eq 1 ]]; then  # keep the inputs that add coverage, for the next runs and CI
+  for t in "${targets[@]}"; do
+    fresh="$build/fuzz/$t/merged"
+    rm -rf "$fresh" && mkdir -p "$fresh"
+    (cd "$root" && TEDSIM_DATA_DIR="$root" "$build/tests/fuzz/$t" -merge=1 "$fresh" "$root/tests/fuzz/corpus/$t" \
+        "$build/fuzz/$t/corpus" -max_len=16384) > "$build/fuzz/$t/merge.txt" 2>&1
+    rm -rf "$root/tests/fuzz/corpus/$t" && mv "$fresh" "$root/tests/fuzz/corpus/$t"
+  done
+fi
 if [[ -n "$report" ]]; then
   {
     echo "| target | executions | seconds | edges covered | features | corpus | crashes |"

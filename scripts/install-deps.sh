@@ -6,6 +6,7 @@ packages=(cmake g++ make pkg-config
           libyaml-cpp-dev libeigen3-dev libcli11-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin
+          clang     # scripts/fuzz.sh: libFuzzer with ASan and UBSan
           python3)  # the validation script and one calibration test read JSON with it
 missing=()
 for p in "${packages[@]}"; do

@@ -185,7 +185,11 @@ double YamlMap::nonnegative_number(const std::string& key, double fallback) cons
 
 void YamlMap::reject_unknown_keys() const {
   for (const auto& entry : node_) {
-    const std::string key = entry.first.as<std::string>();
+    // A key that is a list or a map (YAML's "? key" form) is no key of ours.
+    if (!entry.first.IsScalar())
+      throw InputError(mark_text(file_, entry.first.Mark()) + ": expected a plain key" +
+                       (path_.empty() ? std::string() : " in '" + path_ + "'") + ", got a list or mapping as a key");
+    const std::string key = entry.first.Scalar();
     if (read_.count(key) == 0) {
       throw InputError(mark_text(file_, entry.first.Mark()) + ": unknown key '" + key_path(key) + "'");
     }
