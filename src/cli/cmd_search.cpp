@@ -124,6 +124,7 @@ int run_search_command(const SearchOptions& o) {
   table.print(out);
   for (const std::string& note : folded) out << "  " << note << " (--all shows it)\n";
   print_profile_warnings(out, *in.profile);
+  print_profile_mismatches(out, in, o.in, JobIdentity{});
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
   print_why_this_plan(out, r);

@@ -45,6 +45,7 @@ int run_simulate(const SimulateOptions& o) {
   const Prediction p = evaluator.evaluate(c, o.trace.empty() ? nullptr : &trace);
   print_prediction(out, p);
   print_profile_warnings(out, *in.profile);
+  print_profile_mismatches(out, in, o.in, JobIdentity{});
   if (!o.trace.empty()) {
     trace.write_chrome_trace(o.trace, in.model.name + " " + c.describe());
     out << "trace: " << o.trace << " (" << trace.events().size() << " events; open in ui.perfetto.dev or chrome://tracing)\n";

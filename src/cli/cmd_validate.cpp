@@ -4,6 +4,7 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -202,6 +203,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                    rel_error(pred.memory.peak, run.tensor_peak_bytes)});
     table.print(out);
     print_profile_warnings(out, *in.profile);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    print_profile_mismatches(out, in, o.in, JobIdentity{world->size(), to_string(backend), host});
     out << "iteration spread: min " << ms(run.iteration.min) << " ms, p10 " << ms(run.iteration.p10) << " ms, median "
         << ms(run.iteration.median) << " ms, p90 " << ms(run.iteration.p90) << " ms, max " << ms(run.iteration.max)
         << " ms\n";

@@ -263,6 +263,45 @@ std::string count_text(double n) {
 
 }  // namespace
 
+std::vector<std::string> profile_mismatches(const Inputs& in, const InputOptions& o, const JobIdentity& job) {
+  std::vector<std::string> out;
+  const auto* measured = dynamic_cast<const MeasuredProfile*>(in.profile.get());
+  if (!measured) return out;
+  const ProfileData& d = measured->data();
+  std::string calibrated_model;
+  if (!d.calibration_json.empty()) {
+    try {
+      const nlohmann::json args = nlohmann::json::parse(d.calibration_json);
+      if (args.contains("model") && args["model"].is_string()) calibrated_model = args["model"].get<std::string>();
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  // The calibrate argument may be a name or a path; compare names, and paths by their stem.
+  const auto stem = [](std::string s) {
+    if (const auto slash = s.find_last_of('/'); slash != std::string::npos) s = s.substr(slash + 1);
+    if (const auto dot = s.rfind(".yaml"); dot != std::string::npos && dot + 5 == s.size()) s = s.substr(0, dot);
+    return s;
+  };
+  if (!calibrated_model.empty() && stem(calibrated_model) != in.model.name && stem(calibrated_model) != stem(o.model))
+    out.push_back("calibrated for model '" + calibrated_model + "', this job is '" + in.model.name +
+                  "': its GEMM shapes and sizes are another model's, so lookups interpolate between them; calibrate "
+                  "this model (tedsim calibrate --model " + o.model + " ...)");
+  if (job.ranks > 0 && d.provenance.ranks != job.ranks)
+    out.push_back("calibrated with " + std::to_string(d.provenance.ranks) + " MPI ranks, this job runs " +
+                  std::to_string(job.ranks) + ": its collectives were timed on other group shapes");
+  if (!job.backend.empty() && !d.provenance.backend.empty() && d.provenance.backend != job.backend)
+    out.push_back("calibrated on the " + d.provenance.backend + " backend, this job runs " + job.backend);
+  if (!job.host.empty() && !d.provenance.hosts.empty() &&
+      std::find(d.provenance.hosts.begin(), d.provenance.hosts.end(), job.host) == d.provenance.hosts.end())
+    out.push_back("calibrated on host " + d.provenance.hosts.front() + (d.provenance.hosts.size() > 1 ? " and others" : "") +
+                  ", this job runs on " + job.host + ": another machine");
+  return out;
+}
+
+void print_profile_mismatches(std::ostream& out, const Inputs& in, const InputOptions& o, const JobIdentity& job) {
+  for (const std::string& line : profile_mismatches(in, o, job)) out << "profile mismatch: " << line << '\n';
+}
+
 void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions& o) {
   const ModelSpec& m = in.model;
   const TopologySpec& t = in.topology;

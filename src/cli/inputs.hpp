@@ -70,6 +70,17 @@ ParallelConfig resolve_config(const ConfigOptions& knobs, const InputOptions& in
 Inputs load_inputs(const InputOptions& options);
 // --capacity-factor and --imbalance onto the model, checked.
 void apply_routing_overrides(const InputOptions& options, ModelSpec& model);
+
+// What a measured profile was calibrated for, against this job: another model (its shapes and sizes
+// differ), and, where given (validate), another rank count, backend or host. One line each, empty
+// when the profile is analytic or matches; printed as "profile mismatch: ..." after the prediction.
+struct JobIdentity {
+  int ranks = 0;        // 0: not compared (simulate and search plan clusters a profile never saw)
+  std::string backend;  // "": not compared
+  std::string host;     // "": not compared
+};
+std::vector<std::string> profile_mismatches(const Inputs& inputs, const InputOptions& options, const JobIdentity& job);
+void print_profile_mismatches(std::ostream& out, const Inputs& inputs, const InputOptions& options, const JobIdentity& job);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);

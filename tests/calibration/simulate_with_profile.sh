@@ -16,3 +16,10 @@ assert abs(m["iteration_time_s"] - a["iteration_time_s"]) > 1e-9, "measured prof
 print("measured", m["iteration_time_s"], "analytic", a["iteration_time_s"])
 PY
 "$tedsim" search --model tiny-moe --topology local-cpu --gpus 2 --global-batch 8 --top 3 --profile "$profile" | tail -4
+# A profile of another model is named as such; the model it was calibrated for is not.
+other=$("$tedsim" simulate --model cpu-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --profile "$profile" 2>&1)
+grep -q "profile mismatch: calibrated for model 'tiny-moe', this job is 'cpu-moe'" <<< "$other" ||
+  { echo "no mismatch warning for a tiny-moe profile used on cpu-moe:"; tail -5 <<< "$other"; exit 1; }
+same=$("$tedsim" simulate --model tiny-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --profile "$profile" 2>&1)
+if grep -q "profile mismatch" <<< "$same"; then echo "a mismatch warning for the calibrated model itself"; exit 1; fi
+echo "mismatch warning: ok"

@@ -214,6 +214,9 @@ struct Trainer::Impl {
 
   void moe_forward(const LayerIds& li, LayerActs& A, float* out);
   void route(const LayerIds& li, LayerActs& A);
+  void mlp_forward(const LayerActs& A, int width_l, int fc1_l, int fc1, int fc2, Tensor& f1, Tensor& a1, float* out);
+  void mlp_backward(const LayerActs& A, int width_l, int fc1_l, int fc1, int fc2, const Tensor& f1, const Tensor& a1,
+                    const float* g, float* gx, Tensor& ga_scratch, Tensor& gf_scratch);
   void shared_forward(const LayerIds& li, LayerActs& A);  // into shared_out, all-reduced
   void shared_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);  // adds into gxn
   // Dropless: the dispatch buffer [E][C][h] of kept rows <-> each local expert's rows from every

@@ -63,10 +63,7 @@ void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* ou
   // MLP or MoE.
   norm_forward(x1, li.ln2_g, li.ln2_b, ensure(A.xn2, Th), A.mean2, A.rstd2);
   if (!li.moe) {
-    mm(T, F1_l, h, A.xn2.data(), P(li.fc1), ensure(A.f1, static_cast<std::size_t>(T) * F1_l));
-    activation_forward(T, F_l, A.f1.data(), ensure(A.a1, static_cast<std::size_t>(T) * F_l));
-    mm(T, h, F_l, A.a1.data(), P(li.fc2), out);
-    tp_allreduce(out, Th);
+    mlp_forward(A, F_l, F1_l, li.fc1, li.fc2, A.f1, A.a1, out);
   } else {
     moe_forward(li, A, out);
   }
@@ -93,26 +90,39 @@ void Trainer::Impl::route(const LayerIds& li, LayerActs& A) {
   }
 }
 
-void Trainer::Impl::shared_forward(const LayerIds& li, LayerActs& A) {
+// A tensor-parallel MLP on the layer's normed input: column-parallel fc1 (width_l per rank, fc1_l
+// with SwiGLU's two halves), the activation, row-parallel fc2 and the all-reduce of its output.
+// The dense MLP and the shared experts are both one.
+void Trainer::Impl::mlp_forward(const LayerActs& A, int width_l, int fc1_l, int fc1, int fc2, Tensor& f1, Tensor& a1,
+                                float* out) {
   const std::size_t Th = static_cast<std::size_t>(T) * h;
-  mm(T, F1s_l, h, A.xn2.data(), P(li.sfc1), ensure(A.sf1, static_cast<std::size_t>(T) * F1s_l));
-  activation_forward(T, Fs_l, A.sf1.data(), ensure(A.sa1, static_cast<std::size_t>(T) * Fs_l));
-  mm(T, h, Fs_l, A.sa1.data(), P(li.sfc2), ensure(shared_out, Th));
-  tp_allreduce(shared_out.data(), Th);
+  mm(T, fc1_l, h, A.xn2.data(), P(fc1), ensure(f1, static_cast<std::size_t>(T) * fc1_l));
+  activation_forward(T, width_l, f1.data(), ensure(a1, static_cast<std::size_t>(T) * width_l));
+  mm(T, h, width_l, a1.data(), P(fc2), out);
+  tp_allreduce(out, Th);
+}
+
+// Its backward: weight gradients accumulated, the input gradient written to gx (all-reduced).
+void Trainer::Impl::mlp_backward(const LayerActs& A, int width_l, int fc1_l, int fc1, int fc2, const Tensor& f1,
+                                 const Tensor& a1, const float* g, float* gx, Tensor& ga_scratch, Tensor& gf_scratch) {
+  float* ga1 = ensure(ga_scratch, static_cast<std::size_t>(T) * width_l);
+  mm_bt(T, width_l, h, g, P(fc2), ga1);
+  mm_at_acc(width_l, h, T, a1.data(), g, G(fc2));
+  float* gf1 = ensure(gf_scratch, static_cast<std::size_t>(T) * fc1_l);
+  activation_backward(T, width_l, f1.data(), ga1, gf1);
+  mm_at_acc(h, fc1_l, T, A.xn2.data(), gf1, G(fc1));
+  mm_bt(T, h, fc1_l, gf1, P(fc1), gx);
+  tp_allreduce(gx, static_cast<std::size_t>(T) * h);
+}
+
+void Trainer::Impl::shared_forward(const LayerIds& li, LayerActs& A) {
+  mlp_forward(A, Fs_l, F1s_l, li.sfc1, li.sfc2, A.sf1, A.sa1, ensure(shared_out, static_cast<std::size_t>(T) * h));
 }
 
 void Trainer::Impl::shared_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn) {
-  const std::size_t Th = static_cast<std::size_t>(T) * h;
-  float* ga1 = ensure(sh_ga, static_cast<std::size_t>(T) * Fs_l);
-  mm_bt(T, Fs_l, h, g, P(li.sfc2), ga1);
-  mm_at_acc(Fs_l, h, T, A.sa1.data(), g, G(li.sfc2));
-  float* gf1 = ensure(sh_gf, static_cast<std::size_t>(T) * F1s_l);
-  activation_backward(T, Fs_l, A.sf1.data(), ga1, gf1);
-  mm_at_acc(h, F1s_l, T, A.xn2.data(), gf1, G(li.sfc1));
-  float* gx = ensure(sh_gx, Th);
-  mm_bt(T, h, F1s_l, gf1, P(li.sfc1), gx);
-  tp_allreduce(gx, Th);
-  add_into(Th, gx, gxn);
+  float* gx = ensure(sh_gx, static_cast<std::size_t>(T) * h);
+  mlp_backward(A, Fs_l, F1s_l, li.sfc1, li.sfc2, A.sf1, A.sa1, g, gx, sh_ga, sh_gf);
+  add_into(static_cast<std::size_t>(T) * h, gx, gxn);
 }
 
 void Trainer::Impl::moe_forward(const LayerIds& li, LayerActs& A, float* out) {
@@ -178,14 +188,7 @@ void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g
   const std::size_t Th = static_cast<std::size_t>(T) * h;
   float* gxn = ensure(gtmp, Th);
   if (!li.moe) {
-    float* ga1 = ensure(gw, static_cast<std::size_t>(T) * F_l);
-    mm_bt(T, F_l, h, g, P(li.fc2), ga1);
-    mm_at_acc(F_l, h, T, A.a1.data(), g, G(li.fc2));
-    float* gf1 = ensure(gmoe, static_cast<std::size_t>(T) * F1_l);
-    activation_backward(T, F_l, A.f1.data(), ga1, gf1);
-    mm_at_acc(h, F1_l, T, A.xn2.data(), gf1, G(li.fc1));
-    mm_bt(T, h, F1_l, gf1, P(li.fc1), gxn);
-    tp_allreduce(gxn, Th);
+    mlp_backward(A, F_l, F1_l, li.fc1, li.fc2, A.f1, A.a1, g, gxn, gw, gmoe);
   } else {
     moe_backward(li, A, g, gxn);
   }
