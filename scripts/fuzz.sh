@@ -4,6 +4,7 @@
 # usage: scripts/fuzz.sh [SECONDS] [--runs N] [--build DIR] [--report FILE]
 #   SECONDS   time per target (default 60); --runs N stops each target after N executions instead
 #   --merge-corpus  minimize this run's corpus into tests/fuzz/corpus/ afterwards
+#   --targets A,B   run only these targets
 #   --report  write the run's table (executions, coverage, crashes) as markdown to FILE
 # Seeds: models/ (YAML and Hugging Face configs), topologies/, configs/, tests/bad_inputs/, the
 # profiles under tests/ and reports/, a few layout strings and command lines, and the minimized
@@ -16,12 +17,14 @@ runs=""
 build="$root/build-fuzz"
 report=""
 merge=0
+only=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --report) report="$2"; shift 2 ;;
     --merge-corpus) merge=1; shift ;;
+    --targets) IFS=, read -r -a only <<< "$2"; shift 2 ;;
     -h|--help) sed -n 2,10p "$0"; exit 0 ;;
     [0-9]*) seconds="$1"; shift ;;
     *) echo "fuzz.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -29,10 +32,12 @@ while [[ $# -gt 0 ]]; do
 done
 command -v clang++ >/dev/null || { echo "fuzz.sh: needs clang++ (Debian: clang)" >&2; exit 2; }
 targets=(fuzz_model_yaml fuzz_topology_yaml fuzz_hf_config fuzz_profile_json fuzz_pipeline_layout fuzz_cli)
+all_targets=("${targets[@]}")
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DTEDSIM_FUZZ=ON -DTEDSIM_CUDA=OFF -DTEDSIM_TESTS=OFF \
     -DTEDSIM_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
   { tail -20 "$build.configure.log" >&2; exit 1; }
 cmake --build "$build" -j2 --target "${targets[@]}" > "$build.build.log" 2>&1 || { tail -30 "$build.build.log" >&2; exit 1; }
+[[ ${#only[@]} -gt 0 ]] && targets=("${only[@]}")
 
 seed() {  # seed TARGET FILES...: copy files into the target's seed corpus
   local dir="$build/fuzz/$1/seeds"; shift

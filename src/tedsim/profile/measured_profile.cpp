@@ -222,7 +222,7 @@ ProfileData profile_from_json(const std::string& text, const std::string& name) 
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // malformed, or a number out of range (1e9999)
     throw InputError(name + ": not valid JSON: " + e.what());
   }
   Reader top(j, name, "");

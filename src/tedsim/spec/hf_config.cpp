@@ -148,6 +148,8 @@ json parse_text(const std::string& text, const std::string& path) {
     return j;
   } catch (const json::parse_error& e) {
     throw InputError(path + ": malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {  // a number out of range (1e9999)
+    throw InputError(path + ": malformed JSON: " + e.what());
   }
 }
 
