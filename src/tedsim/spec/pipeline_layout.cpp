@@ -11,6 +11,7 @@ namespace {
 class LayoutExpander {
  public:
   static constexpr std::size_t kMaxSymbols = 10'000'000;
+  static constexpr int kMaxDepth = 32;  // nested '(': a deeper layout is a typo, not a model
   explicit LayoutExpander(const std::string& text) : text_(text) {}
 
   std::string expand() {
@@ -28,8 +29,10 @@ class LayoutExpander {
       std::string item;
       const char c = text_[pos_];
       if (c == '(') {
+        if (++depth_ > kMaxDepth) fail("parentheses nested deeper than " + std::to_string(kMaxDepth));
         ++pos_;
         item = sequence();
+        --depth_;
         if (pos_ >= text_.size() || text_[pos_] != ')') fail("'(' without its ')'");
         ++pos_;
       } else if (c == 'E' || c == 't' || c == 'L' || c == '|' || c == 'm') {
@@ -68,6 +71,7 @@ class LayoutExpander {
 
   const std::string& text_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
