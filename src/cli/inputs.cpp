@@ -271,7 +271,9 @@ std::vector<std::string> profile_mismatches(const Inputs& in, const InputOptions
   std::string calibrated_model;
   if (!d.calibration_json.empty()) {
     try {
-      const nlohmann::json args = nlohmann::json::parse(d.calibration_json);
+      // calibrate stores its arguments under "arguments" (what a resume compares).
+      const nlohmann::json calibration = nlohmann::json::parse(d.calibration_json);
+      const nlohmann::json& args = calibration.contains("arguments") ? calibration["arguments"] : calibration;
       if (args.contains("model") && args["model"].is_string()) calibrated_model = args["model"].get<std::string>();
     } catch (const nlohmann::json::exception&) {
     }
