@@ -7,6 +7,7 @@ packages=(cmake g++ make pkg-config
           libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin
           clang     # scripts/fuzz.sh: libFuzzer with ASan and UBSan
+          procps    # pgrep: the SIGKILL-resume test finds the rank to kill
           python3)  # the validation script and one calibration test read JSON with it
 missing=()
 for p in "${packages[@]}"; do

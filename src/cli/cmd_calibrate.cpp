@@ -14,6 +14,7 @@
 #include "tedsim/comm/mpi_session.hpp"
 #include "tedsim/kernels/device.hpp"
 #include "tedsim/spec/data_files.hpp"
+#include "watchdog_options.hpp"
 #endif
 
 namespace tedsim::cli {
@@ -28,6 +29,7 @@ struct CalibrateOptions {
   bool quick = false, grid = false;
   std::int64_t min_bytes = 0, max_bytes = 0;
   double step_factor = 0;
+  WatchdogCliOptions watchdog;
 };
 
 
@@ -69,7 +71,7 @@ int run_calibrate(const CalibrateOptions& o) {
   c.warmup = o.warmup.value_or(-1);
   c.out = o.out;
   c.stop_after = o.stop_after;
-  MpiSession mpi;
+  MpiSession mpi(watchdog_options(o.watchdog));
   return calibration::run_calibration(c);
 }
 
@@ -93,6 +95,7 @@ void register_calibrate(CLI::App& app, Action& action) {
   cmd->add_option("--step-factor", o->step_factor, "collective size multiplier per step (default 2, quick 8)");
   cmd->add_option("--reps", o->reps, "timed repetitions per point (default 20, quick 5)");
   cmd->add_option("--warmup", o->warmup, "untimed repetitions first (default 2, quick 1)");
+  add_watchdog_options(*cmd, o->watchdog);
   cmd->add_option("--stop-after", o->stop_after, "testing: stop after N points (resume by re-running)")->group("");
   cmd->callback([o, &action] { action = [o] { return run_calibrate(*o); }; });
 }

@@ -23,6 +23,7 @@
 #include "tedsim/runtime/measure.hpp"
 #include "tedsim/search/evaluator.hpp"
 #include "validate_command.hpp"
+#include "watchdog_options.hpp"
 
 namespace tedsim::cli {
 
@@ -39,6 +40,7 @@ struct ValidateOptions {
   std::string data;
   float lr = 1e-3f;
   double tolerance = 0.25;
+  WatchdogCliOptions watchdog;
 };
 
 
@@ -132,7 +134,7 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
 
 int run_validate(ValidateOptions o, const CLI::App* cmd) {
   const Backend backend = parse_backend(o.backend);
-  MpiSession mpi;
+  MpiSession mpi(watchdog_options(o.watchdog));
   if (!o.config.empty()) apply_config_file(o, cmd);
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
@@ -308,6 +310,7 @@ void register_validate(CLI::App& app, Action& action) {
   cmd->add_option("--data", o->data, "token file (int32 .bin or whitespace-separated ids); default: synthetic");
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--tolerance", o->tolerance, "relative error the verdict accepts")->capture_default_str();
+  add_watchdog_options(*cmd, o->watchdog);
   cmd->callback([o, cmd, &action] { action = [o, cmd] { return run_validate(*o, cmd); }; });
 }
 

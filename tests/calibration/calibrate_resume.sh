@@ -1,5 +1,5 @@
 #!/bin/bash
-# A calibration stopped part-way (--stop-after N, then again after a hard kill) resumes and ends
+# A calibration stopped part-way (--stop-after N, twice) resumes and ends
 # with the same set of points as an uninterrupted run (compared with `profile diff`).
 set -euo pipefail
 TEDSIM=$1 MPIRUN=$2 DIR=$3

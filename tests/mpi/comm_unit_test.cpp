@@ -10,6 +10,8 @@
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/profile/collective_table.hpp"
 #include "tedsim/comm/half.hpp"
+#include "tedsim/comm/fault_injection.hpp"
+#include "tedsim/comm/watchdog.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/spec/rank_layout.hpp"
 
@@ -195,6 +197,32 @@ TEST(NcclTable, PrintsNcclTestsColumns) {
     EXPECT_NE(table.find(col), std::string::npos) << col << "\n" << table;
   // One header block for two rows of the same op and group.
   EXPECT_EQ(table.find("# all_reduce"), table.rfind("# all_reduce"));
+}
+
+// --inject-fault: the forms the watchdog tests use, and every malformed one an InputError.
+TEST(FaultInjection, ParsesKindRankAndStep) {
+  const FaultInjection hang = parse_fault_injection("hang:3");
+  EXPECT_EQ(hang.kind, FaultInjection::Kind::hang);
+  EXPECT_EQ(hang.rank, 3);
+  EXPECT_EQ(hang.step, 1);  // the first step unless given
+  const FaultInjection exit = parse_fault_injection("exit:0:12");
+  EXPECT_EQ(exit.kind, FaultInjection::Kind::exit);
+  EXPECT_EQ(exit.rank, 0);
+  EXPECT_EQ(exit.step, 12);
+  EXPECT_EQ(to_string(exit), "exit:0:12");
+  EXPECT_EQ(to_string(FaultInjection{}), "none");
+  for (const char* bad : {"", "hang", "hang:", "hang:-1", "hang:1:0", "hang:1:", "hang:x", "stall:1", "exit:1:2:3",
+                          "exit:99999999999"})
+    EXPECT_THROW(parse_fault_injection(bad), InputError) << bad;
+}
+
+TEST(Watchdog, MembersTextListsSmallGroupsAndCountsLargeOnes) {
+  EXPECT_EQ(watchdog::members_text({0, 2, 4}), "0,2,4");
+  std::vector<int> big(64);
+  for (int i = 0; i < 64; ++i) big[std::size_t(i)] = 8 * i;
+  const std::string text = watchdog::members_text(big);
+  EXPECT_EQ(text.rfind("0,8,16,", 0), 0u);
+  EXPECT_NE(text.find("... (64 ranks)"), std::string::npos);
 }
 
 }  // namespace

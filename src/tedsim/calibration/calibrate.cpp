@@ -20,6 +20,7 @@
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/comm/ted_groups.hpp"
+#include "tedsim/comm/watchdog.hpp"
 #include "tedsim/core/build_info.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/measured_profile.hpp"
@@ -271,6 +272,7 @@ int run_calibration(const CalibrationOptions& o) {
   for (const GemmCase& g : sweep.gemms) {
     if (stopped) break;
     if (index++ < done) continue;
+    watchdog::at_step(long(measured_now) + 1);  // points of this run are its steps
     Prepared p = bench->gemm(g.shape);
     check(p.check(), p.what);
     const Timing t = measure([&] { return slowest(*world, summarize(bench->time(p, warmup, reps, budget))); });
@@ -287,6 +289,7 @@ int run_calibration(const CalibrationOptions& o) {
   for (const KernelCase& k : sweep.kernels) {
     if (stopped) break;
     if (index++ < done) continue;
+    watchdog::at_step(long(measured_now) + 1);  // points of this run are its steps
     Prepared p = bench->kernel(k.kind, k.bytes, o.model);
     if (p) {
       check(p.check(), p.what);
@@ -307,6 +310,7 @@ int run_calibration(const CalibrationOptions& o) {
   for (const CollectiveCaseSpec& c : sweep.collectives) {
     if (stopped) break;
     if (index++ < done) continue;
+    watchdog::at_step(long(measured_now) + 1);  // points of this run are its steps
     const std::tuple<int, int, int, int, bool> key{c.p, c.t, c.e, int(c.layout), c.expert_tp};
     if (!groups || key != groups_key) {
       groups.reset();

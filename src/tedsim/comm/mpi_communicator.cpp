@@ -56,6 +56,15 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name)
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(static_cast<std::size_t>(size_));
+  for (int i = 0; i < size_; ++i) ranks[std::size_t(i)] = i;
+  world_ranks_.resize(std::size_t(size_));
+  MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks_.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::world() {
@@ -97,6 +106,7 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
                                  ReduceOp op) {
   const int n = checked_count(count, "all_reduce");
   const void* src = send == recv ? MPI_IN_PLACE : send;
+  const watchdog::WatchedCall watched(call_site("all_reduce"));
   check(MPI_Allreduce(src, recv, n, mpi_datatype(dtype), mpi_op(op, dtype), comm_), "MPI_Allreduce");
 }
 
@@ -107,6 +117,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
   // NCCL's in-place form (send already at recv + rank*count) is exactly MPI_IN_PLACE's.
   const auto* own = static_cast<const char*>(recv) + std::size_t(rank_) * send_count * bytes_of(dtype);
   const void* src = send == own ? MPI_IN_PLACE : send;
+  const watchdog::WatchedCall watched(call_site("all_gather"));
   check(MPI_Allgather(src, n, t, recv, n, t, comm_), "MPI_Allgather");
 }
 
@@ -117,6 +128,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
   const auto t = mpi_datatype(dtype);
   const std::size_t chunk = recv_count * bytes_of(dtype);
   const auto* own = static_cast<const char*>(send) + std::size_t(rank_) * chunk;
+  const watchdog::WatchedCall watched(call_site("reduce_scatter"));
   if (recv == own) {
     // NCCL's in-place form leaves the result at send + rank*chunk; MPI_IN_PLACE leaves it at the
     // start of the buffer. Reduce in place, then move the result to where NCCL would put it.
@@ -137,6 +149,7 @@ void MpiCommunicator::all_to_all(const void* send, void* recv, std::size_t count
   if (send == recv && count_per_peer)
     throw InputError(where() + ": all_to_all cannot run in place (NCCL has no such form)");
   const auto t = mpi_datatype(dtype);
+  const watchdog::WatchedCall watched(call_site("all_to_all"));
   check(MPI_Alltoall(send, n, t, recv, n, t, comm_), "MPI_Alltoall");
 }
 
@@ -156,10 +169,14 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<std::size
   }
   if (send == recv && (s_off || r_off)) throw InputError(where() + ": all_to_all_v cannot run in place");
   const auto t = mpi_datatype(dtype);
+  const watchdog::WatchedCall watched(call_site("all_to_all_v"));
   check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, comm_), "MPI_Alltoallv");
 }
 
-void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiCommunicator::barrier() {
+  const watchdog::WatchedCall watched(call_site("barrier"));
+  check(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 std::uint64_t MpiCommunicator::send(const void* buf, std::size_t count, Dtype dtype, int peer) {
   MPI_Request request;
@@ -179,6 +196,7 @@ bool MpiCommunicator::send_done(std::uint64_t ticket) {
 }
 
 void MpiCommunicator::recv(void* buf, std::size_t count, Dtype dtype, int peer) {
+  const watchdog::WatchedCall watched(call_site("recv"));
   check(MPI_Recv(buf, checked_count(count, "MPI_Recv"), mpi_datatype(dtype), peer, 0, comm_, MPI_STATUS_IGNORE),
         "MPI_Recv");
 }
@@ -187,6 +205,7 @@ void MpiCommunicator::wait_sends() {
   std::vector<MPI_Request> requests;
   for (auto& [ticket, request] : sends_) requests.push_back(request);
   sends_.clear();
+  const watchdog::WatchedCall watched(call_site("wait for sends"));
   if (!requests.empty())
     check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (sends)");
 }
@@ -207,6 +226,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split_mpi(const std::vector<in
   // The smallest member names the group, so every member computes the same colour; the key keeps
   // the parent's order, so group rank i is members[i].
   MPI_Comm sub = MPI_COMM_NULL;
+  const watchdog::WatchedCall watched(call_site("split"));
   check(MPI_Comm_split(comm_, members.front(), rank_, &sub), "MPI_Comm_split");
   auto result = std::make_unique<MpiCommunicator>(sub, name);
   // Verify the group really is `members`: lists that do not partition the ranks would otherwise
@@ -236,12 +256,14 @@ std::unique_ptr<CommTimer> MpiCommunicator::make_timer() { return std::make_uniq
 
 void MpiCommunicator::host_max(std::vector<double>& values) {
   const int n = checked_count(values.size(), "host_max");
+  const watchdog::WatchedCall watched(call_site("host_max"));
   check(MPI_Allreduce(MPI_IN_PLACE, values.data(), n, MPI_DOUBLE, MPI_MAX, comm_),
         "MPI_Allreduce (host max)");
 }
 
 std::int64_t MpiCommunicator::host_sum(std::int64_t value) {
   std::int64_t total = 0;
+  const watchdog::WatchedCall watched(call_site("host_sum"));
   check(MPI_Allreduce(&value, &total, 1, MPI_INT64_T, MPI_SUM, comm_), "MPI_Allreduce (host sum)");
   return total;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tedsim/comm/communicator.hpp"
+#include "tedsim/comm/watchdog.hpp"
 
 namespace tedsim {
 
@@ -55,12 +56,20 @@ class MpiCommunicator final : public Communicator {
 
   // Throws RunError naming host, rank and the MPI error text unless `code` is MPI_SUCCESS.
   void check(int code, const char* what) const;
+  // The world rank of each member, in group order (what the watchdog's messages name).
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+  // Brackets one blocking call under the collective watchdog (watchdog.hpp).
+  watchdog::CallSite call_site(const char* op) {
+    return {op, &name(), &world_ranks_, rank_, size_, ++calls_};
+  }
 
  private:
   int checked_count(std::size_t count, const char* what) const;
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;
+  std::uint64_t calls_ = 0;  // blocking calls so far, numbered for the watchdog
   std::map<std::uint64_t, MPI_Request> sends_;  // by ticket
   std::uint64_t next_ticket_ = 1;
 };

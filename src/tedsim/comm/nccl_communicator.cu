@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "tedsim/comm/nccl_communicator.hpp"
+#include "tedsim/comm/watchdog.hpp"
 #include "tedsim/core/error.hpp"
 
 namespace tedsim {
@@ -69,10 +70,12 @@ class DeviceBuffer final : public CommBuffer {
   std::string where_;
 };
 
-// Events on the communicator's stream time the transfer itself, not the host's enqueue.
+// Events on the communicator's stream time the transfer itself, not the host's enqueue. The stop
+// waits through the communicator, so the watchdog watches it.
 class EventTimer final : public CommTimer {
  public:
-  EventTimer(cudaStream_t stream, std::string where) : stream_(stream), where_(std::move(where)) {
+  EventTimer(NcclCommunicator& owner, cudaStream_t stream, std::string where)
+      : owner_(owner), stream_(stream), where_(std::move(where)) {
     check_cuda(cudaEventCreate(&start_), where_, "cudaEventCreate");
     check_cuda(cudaEventCreate(&stop_), where_, "cudaEventCreate");
   }
@@ -83,7 +86,7 @@ class EventTimer final : public CommTimer {
   void start() override { check_cuda(cudaEventRecord(start_, stream_), where_, "cudaEventRecord"); }
   void stop() override {
     check_cuda(cudaEventRecord(stop_, stream_), where_, "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(stop_), where_, "cudaEventSynchronize");
+    owner_.wait();
   }
   double seconds() const override {
     float ms = 0;
@@ -92,6 +95,7 @@ class EventTimer final : public CommTimer {
   }
 
  private:
+  NcclCommunicator& owner_;
   cudaStream_t stream_;
   std::string where_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
@@ -103,9 +107,12 @@ struct NcclCommunicator::Impl {
   std::unique_ptr<MpiCommunicator> mpi;  // bootstrap, host reductions, splitting
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  const char* pending = "nccl work";  // the last call enqueued: what a stuck wait() waits for
+  int abort_hook = 0;                 // the watchdog's ncclCommAbort of this communicator
   // Releases here rather than in ~NcclCommunicator so a constructor that throws half-way still
   // frees what it made. No throwing: finish outstanding work, then release in reverse order.
   ~Impl() {
+    if (abort_hook) watchdog::remove_abort_hook(abort_hook);
     if (stream) cudaStreamSynchronize(stream);
     if (comm) ncclCommDestroy(comm);
     if (stream) cudaStreamDestroy(stream);
@@ -148,8 +155,15 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<MpiCommunicator> bootstrap)
                    (root_error.empty() ? std::string() : ": " + root_error));
   check_cuda(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), where(),
              "cudaStreamCreateWithFlags");
-  check_nccl(ncclCommInitRank(&impl_->comm, mpi.size(), boot.id, mpi.rank()), nullptr, where(),
-             "ncclCommInitRank");
+  {
+    const watchdog::WatchedCall watched(mpi.call_site("ncclCommInitRank"));
+    check_nccl(ncclCommInitRank(&impl_->comm, mpi.size(), boot.id, mpi.rank()), nullptr, where(),
+               "ncclCommInitRank");
+  }
+  // A timed-out wait leaves kernels spinning on the device; aborting the communicator stops them
+  // (what PyTorch's NCCL watchdog does) before the job is ended.
+  ncclComm_t comm = impl_->comm;
+  impl_->abort_hook = watchdog::add_abort_hook([comm] { ncclCommAbort(comm); });
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
@@ -159,18 +173,21 @@ int NcclCommunicator::size() const { return impl_->mpi->size(); }
 
 void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, Dtype dtype,
                                   ReduceOp op) {
+  impl_->pending = "all_reduce";
   check_nccl(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), impl_->comm,
                            impl_->stream), impl_->comm, where(), "ncclAllReduce");
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send_count,
                                   Dtype dtype) {
+  impl_->pending = "all_gather";
   check_nccl(ncclAllGather(send, recv, send_count, nccl_type(dtype), impl_->comm, impl_->stream),
              impl_->comm, where(), "ncclAllGather");
 }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                       Dtype dtype, ReduceOp op) {
+  impl_->pending = "reduce_scatter";
   check_nccl(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), nccl_op(op), impl_->comm,
                                impl_->stream), impl_->comm, where(), "ncclReduceScatter");
 }
@@ -179,6 +196,7 @@ void NcclCommunicator::all_to_all(const void* send, void* recv, std::size_t coun
                                   Dtype dtype) {
   if (send == recv && count_per_peer)
     throw InputError(where() + ": all_to_all cannot run in place");
+  impl_->pending = "all_to_all";
   // Grouped point-to-point is NCCL's all-to-all on every version (ncclAlltoAll is 2.28+ only).
   const std::size_t chunk = count_per_peer * std::size_t(bytes_of(dtype));
   const auto* src = static_cast<const char*>(send);
@@ -198,6 +216,7 @@ void NcclCommunicator::all_to_all_v(const void* send, const std::vector<std::siz
   if (int(send_counts.size()) != size() || int(recv_counts.size()) != size())
     throw InputError(where() + ": all_to_all_v needs one send and one receive count per rank");
   if (send == recv) throw InputError(where() + ": all_to_all_v cannot run in place");
+  impl_->pending = "all_to_all_v";
   const std::size_t esize = std::size_t(bytes_of(dtype));
   const auto* src = static_cast<const char*>(send);
   auto* dst = static_cast<char*>(recv);
@@ -222,6 +241,7 @@ void NcclCommunicator::barrier() {
 }
 
 void NcclCommunicator::wait() {
+  const watchdog::WatchedCall watched(impl_->mpi->call_site(impl_->pending));
   check_cuda(cudaStreamSynchronize(impl_->stream), where(), "cudaStreamSynchronize");
 }
 
@@ -247,7 +267,7 @@ std::unique_ptr<CommBuffer> NcclCommunicator::make_buffer(std::size_t bytes) {
 }
 
 std::unique_ptr<CommTimer> NcclCommunicator::make_timer() {
-  return std::make_unique<EventTimer>(impl_->stream, where());
+  return std::make_unique<EventTimer>(*this, impl_->stream, where());
 }
 
 void NcclCommunicator::host_max(std::vector<double>& values) { impl_->mpi->host_max(values); }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tedsim/comm/watchdog.hpp"
 #include "tedsim/core/error.hpp"
 
 namespace tedsim::runtime {
@@ -40,9 +41,14 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
   measured.track_imbalance = model.is_moe() && model.moe.dropless();
   Trainer trainer(world, model, config, measured);
   run.description = trainer.describe();
-  for (int i = 0; i < warmup; ++i) run.losses.push_back(trainer.step().loss);
+  long step = 0;  // the watchdog's step count (where --inject-fault strikes), warm-up included
+  for (int i = 0; i < warmup; ++i) {
+    watchdog::at_step(++step);
+    run.losses.push_back(trainer.step().loss);
+  }
   std::vector<std::array<double, kPhaseCount>> phases;
   for (int i = 0; i < iterations; ++i) {
+    watchdog::at_step(++step);
     world.barrier();  // iterations start together, so the slowest rank's time is the iteration's
     const StepStats st = trainer.step();
     run.losses.push_back(st.loss);
