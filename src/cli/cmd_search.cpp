@@ -124,6 +124,7 @@ int run_search_command(const SearchOptions& o) {
   table.print(out);
   for (const std::string& note : folded) out << "  " << note << " (--all shows it)\n";
   print_profile_warnings(out, *in.profile);
+  if (!r.top.empty()) print_far_lookup_share(out, in, r.top.front().config, r.top.front().sim.iteration_s);
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";

@@ -45,13 +45,18 @@ int run_simulate(const SimulateOptions& o) {
   const Prediction p = evaluator.evaluate(c, o.trace.empty() ? nullptr : &trace);
   print_prediction(out, p);
   print_profile_warnings(out, *in.profile);
+  const double far_share = print_far_lookup_share(out, in, c, p.sim.iteration_s);
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   if (!o.trace.empty()) {
     trace.write_chrome_trace(o.trace, in.model.name + " " + c.describe());
     out << "trace: " << o.trace << " (" << trace.events().size() << " events; open in ui.perfetto.dev or chrome://tracing)\n";
   }
   write_launch_files(o.emit, in, p, out);
-  if (!o.in.json.empty()) write_json_with_inputs(o.in.json, prediction_json(p, in.model), in);
+  if (!o.in.json.empty()) {
+    nlohmann::json doc = prediction_json(p, in.model);
+    if (far_share >= 0) doc["profile_far_share"] = far_share;  // of the iteration, on far extrapolations
+    write_json_with_inputs(o.in.json, doc, in);
+  }
   return 0;
 }
 

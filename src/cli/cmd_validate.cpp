@@ -191,6 +191,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     MPI_Abort(MPI_COMM_WORLD, int(ExitCode::failure));
   }
 
+  double far_share = -1;  // of the predicted iteration, on far extrapolations of a measured profile
   if (root) {
     out << run.description << "\n"
         << "measured " << run.iterations << " iterations after " << run.warmup << " warm-up; iteration time is the "
@@ -205,6 +206,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                    rel_error(pred.memory.peak, run.tensor_peak_bytes)});
     table.print(out);
     print_profile_warnings(out, *in.profile);
+    far_share = print_far_lookup_share(out, in, c, pred.sim.iteration_s);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     print_profile_mismatches(out, in, o.in, JobIdentity{world->size(), to_string(backend), host});
@@ -278,6 +280,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       doc["model"] = in.model.name;
       doc["topology"] = in.topology.name;
       doc["profile"] = in.profile->describe();
+      if (far_share >= 0) doc["profile_far_share"] = far_share;
       doc["backend"] = to_string(backend);
       doc["ranks"] = world->size();
       write_json(o.in.json, doc);

@@ -8,6 +8,7 @@
 #include "tedsim/core/error.hpp"
 #include "tedsim/core/units.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
+#include "tedsim/profile/far_masked_profile.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/core/atomic_file.hpp"
 #include "tedsim/report/launch_export.hpp"
@@ -191,6 +192,21 @@ void write_json_with_inputs(const std::string& path, nlohmann::json doc, const I
   doc["topology"] = in.topology.name;
   doc["profile"] = in.profile->describe();
   write_json(path, doc);
+}
+
+double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s) {
+  const auto* measured = dynamic_cast<const MeasuredProfile*>(inputs.profile.get());
+  if (!measured || predicted_s <= 0) return -1;
+  const FarMaskedProfile masked(*measured);
+  const double without_s = Evaluator(inputs.model, inputs.topology, masked).evaluate(config).sim.iteration_s;
+  const double share = std::max(0.0, (predicted_s - without_s) / predicted_s);
+  if (share >= 0.01) {
+    out << "profile: " << fixed(100 * share, 1) << "% of the predicted iteration (" << fixed(1e3 * (predicted_s - without_s), 3)
+        << " of " << fixed(1e3 * predicted_s, 3) << " ms) rests on lookups more than "
+        << fixed(MeasuredProfile::kFarFactor, 0) << "x outside the measured sizes (the lines marked far: above); "
+        << "calibrate with sizes that cover the job (--max-bytes, the model's own shapes) to measure them\n";
+  }
+  return share;
 }
 
 std::ostream& human_stream(const InputOptions& o) { return o.json == "-" ? std::cerr : std::cout; }

@@ -81,6 +81,10 @@ struct JobIdentity {
 };
 std::vector<std::string> profile_mismatches(const Inputs& inputs, const InputOptions& options, const JobIdentity& job);
 void print_profile_mismatches(std::ostream& out, const Inputs& inputs, const InputOptions& options, const JobIdentity& job);
+// With a measured profile: the share of `predicted_s` (the iteration of `config`) that rests on
+// lookups far outside the measured sizes, i.e. how much faster the prediction would be if they
+// cost nothing; printed with what they are when above 1%. Returns -1 for an analytic profile.
+double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);

@@ -23,3 +23,13 @@ grep -q "profile mismatch: calibrated for model 'tiny-moe', this job is 'cpu-moe
 same=$("$tedsim" simulate --model tiny-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --profile "$profile" 2>&1)
 if grep -q "profile mismatch" <<< "$same"; then echo "a mismatch warning for the calibrated model itself"; exit 1; fi
 echo "mismatch warning: ok"
+# The other model leans on lookups far outside what was measured: their share of the prediction
+# is printed and in the JSON; the calibrated model's own prediction has next to none.
+grep -q "% of the predicted iteration (.*) rests on lookups more than 4x outside the measured sizes" <<< "$other" ||
+  { echo "no far-extrapolation share for cpu-moe on a tiny-moe profile"; tail -8 <<< "$other"; exit 1; }
+if grep -q "rests on lookups more than" <<< "$same"; then echo "a far-extrapolation share for the calibrated model"; exit 1; fi
+share=$("$tedsim" simulate --model cpu-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --profile "$profile" \
+  --json - 2>/dev/null | python3 -c "import json, sys; print(json.load(sys.stdin)['profile_far_share'])")
+python3 -c "import sys; s = float(sys.argv[1]); assert 0.2 < s < 1, s" "$share" ||
+  { echo "profile_far_share $share out of range"; exit 1; }
+echo "far-extrapolation share: ok ($share of cpu-moe's iteration)"

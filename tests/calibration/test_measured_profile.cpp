@@ -11,6 +11,7 @@
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
 #include "tedsim/profile/collective_table.hpp"
+#include "tedsim/profile/far_masked_profile.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/search/evaluator.hpp"
 #include "tedsim/spec/model_spec.hpp"
@@ -160,6 +161,40 @@ TEST(MeasuredProfileLookup, BeyondTheRangeUsesAnAlphaBetaFitAndWarns) {
   p.collective_seconds(CollectiveOp::all_to_all, span, 2 * big);
   p.collective_seconds(CollectiveOp::all_to_all, span, big);
   EXPECT_EQ(p.warnings().size(), 2u);
+}
+
+// Lookups more than 4x outside the measured sizes are "far": flagged per lookup, marked in the
+// warnings, and answered as free by FarMaskedProfile (so a prediction's share on them can be had).
+TEST(MeasuredProfileLookup, FarExtrapolationsAreFlaggedAndMaskable) {
+  const GroupSpan span{4, 1, 4, 1, false};
+  const MeasuredProfile p(alpha_beta_collectives(5e-6, 2e9, span, CollectiveOp::all_reduce), local_cpu());
+  const double top = 1048576;  // the largest measured size; the smallest is 1 KiB
+  EXPECT_FALSE(p.far_outside(CollectiveOp::all_reduce, span, top / 2));      // measured range
+  EXPECT_FALSE(p.far_outside(CollectiveOp::all_reduce, span, 3.9 * top));    // beyond, but near
+  EXPECT_TRUE(p.far_outside(CollectiveOp::all_reduce, span, 4.1 * top));     // far above
+  EXPECT_TRUE(p.far_outside(CollectiveOp::all_reduce, span, 1024 / 4.1));    // far below
+  const auto w = p.warnings();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].rfind("far: ", 0), 0u) << w[0];  // above: one of its lookups was far
+  EXPECT_EQ(w[1].rfind("far: ", 0), 0u) << w[1];
+
+  const MeasuredProfile near_only(alpha_beta_collectives(5e-6, 2e9, span, CollectiveOp::all_reduce), local_cpu());
+  near_only.collective_seconds(CollectiveOp::all_reduce, span, 2 * top);
+  ASSERT_EQ(near_only.warnings().size(), 1u);
+  EXPECT_EQ(near_only.warnings()[0].find("far: "), std::string::npos) << near_only.warnings()[0];
+
+  const FarMaskedProfile masked(p);
+  EXPECT_EQ(masked.collective_seconds(CollectiveOp::all_reduce, span, 8 * top), 0.0);
+  EXPECT_EQ(masked.collective_seconds(CollectiveOp::all_reduce, span, top / 2),
+            p.collective_seconds(CollectiveOp::all_reduce, span, top / 2));
+  EXPECT_GT(masked.collective_seconds(CollectiveOp::all_reduce, span, 3 * top), 0.0);
+
+  ProfileData k = sample_data();
+  k.kernels = {{KernelKind::gating, Dtype::fp32, 1 << 20, timing(1e-4)}, {KernelKind::gating, Dtype::fp32, 4 << 20, timing(4e-4)}};
+  const MeasuredProfile kp(k, local_cpu());
+  EXPECT_FALSE(kp.far_outside(KernelKind::gating, 8 << 20, Dtype::fp32));
+  EXPECT_TRUE(kp.far_outside(KernelKind::gating, 32 << 20, Dtype::fp32));
+  EXPECT_EQ(FarMaskedProfile(kp).kernel_seconds(KernelKind::gating, 32 << 20, Dtype::fp32), 0.0);
 }
 
 // GEMMs outside the measured shapes (a quick calibration of a small model, asked about a larger

@@ -410,10 +410,11 @@ void MeasuredProfile::note(const std::string& key, const std::string& text, doub
   auto it = warning_index_.find(key);
   if (it == warning_index_.end()) {
     warning_index_[key] = warnings_.size();
-    warnings_.push_back(Warning{text, 1, size, size, unit, value, value, value_unit ? value_unit : ""});
+    warnings_.push_back(Warning{text, far_, 1, size, size, unit, value, value, value_unit ? value_unit : ""});
     return;
   }
   Warning& w = warnings_[it->second];
+  w.far = w.far || far_;
   ++w.count;
   w.min_size = std::min(w.min_size, size);
   w.max_size = std::max(w.max_size, size);
@@ -427,7 +428,7 @@ std::vector<std::string> MeasuredProfile::warnings() const {
   // "lo..hi" (or one value when both print the same) of a quantity.
   const auto range = [](const std::string& lo, const std::string& hi) { return lo == hi ? lo : lo + ".." + hi; };
   for (const Warning& w : warnings_) {
-    std::string line = w.text;
+    std::string line = (w.far ? "far: " : "") + w.text;
     if (!w.value_unit.empty()) line += " (" + range(num(w.min_value), num(w.max_value)) + " " + w.value_unit + ")";
     line += " [asked " + (w.unit == SizeUnit::bytes ? range(human_bytes(w.min_size), human_bytes(w.max_size))
                                                     : range(num(w.min_size), num(w.max_size)) + " FLOP");
@@ -446,26 +447,37 @@ std::string raw_key(char tag, const T&... v) {
 }
 }  // namespace
 
-double MeasuredProfile::gemm_seconds(const GemmShape& s) const {
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return 0.0;
-  const std::string key = raw_key('g', s.m, s.n, s.k, s.batch, s.dtype);
+template <class Compute>
+MeasuredProfile::Answer MeasuredProfile::answer(const std::string& key, Compute&& uncached) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  const double t = gemm_uncached(s);
-  cache_.emplace(key, t);
-  return t;
+  far_ = false;
+  const double t = uncached();
+  const Answer a{t, far_};
+  far_ = false;
+  cache_.emplace(key, a);
+  return a;
+}
+
+double MeasuredProfile::gemm_seconds(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return 0.0;
+  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype), [&] { return gemm_uncached(s); }).seconds;
+}
+
+bool MeasuredProfile::far_outside(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return false;
+  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype), [&] { return gemm_uncached(s); }).far;
 }
 
 double MeasuredProfile::kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const {
   if (bytes <= 0) return 0.0;
-  const std::string key = raw_key('k', kind, bytes, dtype);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return it->second;
-  const double t = kernel_uncached(kind, bytes, dtype);
-  cache_.emplace(key, t);
-  return t;
+  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).seconds;
+}
+
+bool MeasuredProfile::far_outside(KernelKind kind, double bytes, Dtype dtype) const {
+  if (bytes <= 0) return false;
+  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).far;
 }
 
 double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
@@ -478,14 +490,18 @@ double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
 
 double MeasuredProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
   if (span.ranks <= 1 || bytes <= 0) return 0.0;
-  const std::string key = raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
-                                  span.crosses_islands, bytes);
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return it->second;
-  const double t = collective_uncached(op, span, bytes);
-  cache_.emplace(key, t);
-  return t;
+  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                        span.crosses_islands, bytes),
+                [&] { return collective_uncached(op, span, bytes); })
+      .seconds;
+}
+
+bool MeasuredProfile::far_outside(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  if (span.ranks <= 1 || bytes <= 0) return false;
+  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                        span.crosses_islands, bytes),
+                [&] { return collective_uncached(op, span, bytes); })
+      .far;
 }
 
 double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
@@ -573,6 +589,7 @@ double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
   const double eff = s.flops() / std::exp(log_t);
   const double flops = s.flops();
   if (flops > 2.0 * max_flops || flops < 0.5 * min_flops) {
+    far_ = flops > kFarFactor * max_flops || flops < min_flops / kFarFactor;
     note(std::string("gemm-range ") + to_string(s.dtype) + (flops > max_flops ? "+" : "-"),
          what + ": " + (flops > max_flops ? "above" : "below") + " the measured range " + num(min_flops) + ".." +
              num(max_flops) + " FLOP, local fit on the " + std::to_string(k) + " nearest measured shapes, extrapolated",
@@ -615,6 +632,7 @@ double MeasuredProfile::kernel_uncached(KernelKind kind, double bytes, Dtype dty
   int where = 0;
   const Series& s = it->second;
   const double t = eval(s, bytes, &where);
+  far_ = bytes > kFarFactor * s.bytes.back() || bytes < s.bytes.front() / kFarFactor;
   if (where != 0)
     note(std::string("kernel-range ") + to_string(kind) + to_string(dtype) + (where > 0 ? "+" : "-"),
          std::string("kernel ") + to_string(kind) + " " + to_string(dtype) + ": sizes " + (where > 0 ? "above" : "below") +
@@ -661,6 +679,7 @@ double MeasuredProfile::collective_uncached(CollectiveOp op, const GroupSpan& sp
   int where = 0;
   const Series& s = it->second;
   const double t = eval(s, bytes, &where) * scale;
+  far_ = bytes > kFarFactor * s.bytes.back() || bytes < s.bytes.front() / kFarFactor;
   if (where != 0)
     note("coll-range " + name + (where > 0 ? "+" : "-"),
          name + ": sizes " + (where > 0 ? "above" : "below") + " the measured " + human_bytes(s.bytes.front()) + ".." +

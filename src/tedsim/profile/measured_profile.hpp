@@ -125,8 +125,16 @@ class MeasuredProfile final : public Profile {
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }
-  // Deduplicated "what was extrapolated and from what", in first-seen order.
+  // Deduplicated "what was extrapolated and from what", in first-seen order. Lines of lookups
+  // far outside the measured sizes (below) begin "far: ".
   std::vector<std::string> warnings() const;
+
+  // Whether the answer to this lookup extrapolates far (more than kFarFactor in size, FLOP for
+  // GEMMs) outside the sizes measured for it: the lookups a prediction should not lean on.
+  static constexpr double kFarFactor = 4.0;
+  bool far_outside(const GemmShape& shape) const;
+  bool far_outside(KernelKind kind, double bytes, Dtype dtype) const;
+  bool far_outside(CollectiveOp op, const GroupSpan& span, double bytes) const;
 
  private:
   struct Series {  // points of one kernel kind/dtype or one (op, shape), sorted by bytes
@@ -155,6 +163,7 @@ class MeasuredProfile final : public Profile {
 
   struct Warning {
     std::string text;
+    bool far = false;  // some lookup was far outside the measured sizes
     long long count = 0;
     double min_size = 0, max_size = 0;  // sizes asked
     SizeUnit unit = SizeUnit::bytes;
@@ -164,7 +173,15 @@ class MeasuredProfile final : public Profile {
   mutable std::mutex mutex_;
   mutable std::vector<Warning> warnings_;
   mutable std::unordered_map<std::string, std::size_t> warning_index_;
-  mutable std::unordered_map<std::string, double> cache_;
+  struct Answer {
+    double seconds;
+    bool far;
+  };
+  // Looks `key` up, computing it with `uncached` (mutex_ held) the first time.
+  template <class Compute>
+  Answer answer(const std::string& key, Compute&& uncached) const;
+  mutable bool far_ = false;  // set by the *_uncached computation under way (mutex_ held)
+  mutable std::unordered_map<std::string, Answer> cache_;
 };
 
 // For the CLI: a measured profile from `path` (JSON written by tedsim calibrate), falling back to

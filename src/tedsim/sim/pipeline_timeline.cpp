@@ -88,10 +88,7 @@ class PipelineTimeline {
  public:
   PipelineTimeline(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
                    const std::vector<StageWork>& work, TraceRecorder* trace)
-      : m_(m), c_(c), w_(w), map_(map), work_(work), trace_(trace), P_(map.pp), V_(map.vpp) {
-    full_ne_bucket_s_ = w.nonexpert_sync_seconds(kGradBucketElems);
-    full_ex_bucket_s_ = w.expert_sync_seconds(kGradBucketElems);
-  }
+      : m_(m), c_(c), w_(w), map_(map), work_(work), trace_(trace), P_(map.pp), V_(map.vpp) {}
 
   SimResult run(int microbatches) {
     mb_count_ = microbatches;
@@ -248,6 +245,10 @@ class PipelineTimeline {
     const int ne_full = int(st.ne_pending / kGradBucketElems), ex_full = int(st.ex_pending / kGradBucketElems);
     st.ne_pending -= ne_full * kGradBucketElems;
     st.ex_pending -= ex_full * kGradBucketElems;
+    // A full bucket's time is looked up only when one fills: a model smaller than a bucket never
+    // asks the profile about a 40M-element collective it does not run.
+    if (ne_full > 0 && full_ne_bucket_s_ < 0) full_ne_bucket_s_ = w_.nonexpert_sync_seconds(kGradBucketElems);
+    if (ex_full > 0 && full_ex_bucket_s_ < 0) full_ex_bucket_s_ = w_.expert_sync_seconds(kGradBucketElems);
     launch_sync(p, "grad_sync_nonexpert", full_ne_bucket_s_, now, mb, ne_full);
     launch_sync(p, "grad_sync_expert", full_ex_bucket_s_, now, mb, ex_full);
   }
@@ -382,7 +383,7 @@ class PipelineTimeline {
   TraceRecorder* trace_;
   int P_, V_;
   int mb_count_ = 0;
-  double full_ne_bucket_s_ = 0, full_ex_bucket_s_ = 0;
+  double full_ne_bucket_s_ = -1, full_ex_bucket_s_ = -1;  // a full bucket's sync, once one fills
   std::vector<double> finish_, transfer_start_, transfer_end_;
   std::vector<StageState> stages_;
   std::vector<StageOrder> orders_;
