@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <fstream>
 #include <memory>
 
 #include "inputs.hpp"
+#include "tedsim/calibration/job_calibration.hpp"
 #include "tedsim/comm/mpi_session.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/comm/communicator.hpp"
@@ -40,6 +42,7 @@ struct ValidateOptions {
   std::string data;
   float lr = 1e-3f;
   double tolerance = 0.25;
+  bool calibrate = false;
   WatchdogCliOptions watchdog;
 };
 
@@ -143,7 +146,12 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     throw InputError("--gpus " + std::to_string(o.in.gpus) + ": validate runs one rank per device, but MPI runs " +
                      std::to_string(world_size) + " ranks (launch with mpirun -np " + std::to_string(o.in.gpus) + ")");
   runtime::require_step_backend(backend);
-  Inputs in = load_inputs(o.in);
+  if (o.calibrate && o.in.profile.empty())
+    throw InputError("--calibrate: give the profile to complete with --profile FILE (a missing file is created)");
+  // --calibrate on a profile not yet written: plan on the analytic one until it is measured.
+  InputOptions load = o.in;
+  if (o.calibrate && !std::ifstream(o.in.profile)) load.profile.clear();
+  Inputs in = load_inputs(load);
   const ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
   // The training step implements ZeRO 0 and 1; a ZeRO-2 prediction would be compared with a run
   // that is not ZeRO-2.
@@ -167,6 +175,17 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
 
   auto world = make_world_communicator(backend);
   const bool root = world->rank() == 0;
+  if (o.calibrate) {
+    const calibration::JobCalibration done =
+        calibration::calibrate_job(*world, backend, in.model, o.in.model, in.topology, c, o.in.profile, 2, 20);
+    in.profile = load_profile(o.in.profile, in.topology);
+    if (root)
+      std::cout << "validate --calibrate: measured " << done.gemms << " GEMM, " << done.kernels << " kernel and "
+                << done.collectives << " collective points into " << o.in.profile
+                << (done.created ? " (new profile)" : "")
+                << (done.unmeasurable ? "; " + std::to_string(done.unmeasurable) + " lookups this backend cannot measure" : "")
+                << "\n";
+  }
   std::ostream& out = human_stream(o.in);
   if (root) {
     print_startup_table(out, in, o.in);
@@ -313,6 +332,9 @@ void register_validate(CLI::App& app, Action& action) {
   cmd->add_option("--data", o->data, "token file (int32 .bin or whitespace-separated ids); default: synthetic");
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--tolerance", o->tolerance, "relative error the verdict accepts")->capture_default_str();
+  cmd->add_flag("--calibrate", o->calibrate,
+                "before running, measure every point the prediction needs that --profile FILE lacks (on this world's "
+                "own groups) and add them to FILE");
   add_watchdog_options(*cmd, o->watchdog);
   cmd->callback([o, cmd, &action] { action = [o, cmd] { return run_validate(*o, cmd); }; });
 }

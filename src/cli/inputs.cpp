@@ -285,12 +285,17 @@ std::vector<std::string> profile_mismatches(const Inputs& in, const InputOptions
   if (!measured) return out;
   const ProfileData& d = measured->data();
   std::string calibrated_model;
+  std::vector<std::string> completed_for;
   if (!d.calibration_json.empty()) {
     try {
       // calibrate stores its arguments under "arguments" (what a resume compares).
       const nlohmann::json calibration = nlohmann::json::parse(d.calibration_json);
       const nlohmann::json& args = calibration.contains("arguments") ? calibration["arguments"] : calibration;
       if (args.contains("model") && args["model"].is_string()) calibrated_model = args["model"].get<std::string>();
+      // validate --calibrate measured what these models' jobs ask: not another model's profile for them.
+      if (calibration.contains("completed_for") && calibration["completed_for"].is_array())
+        for (const nlohmann::json& job : calibration["completed_for"])
+          if (job.contains("model") && job["model"].is_string()) completed_for.push_back(job["model"].get<std::string>());
     } catch (const nlohmann::json::exception&) {
     }
   }
@@ -300,7 +305,11 @@ std::vector<std::string> profile_mismatches(const Inputs& in, const InputOptions
     if (const auto dot = s.rfind(".yaml"); dot != std::string::npos && dot + 5 == s.size()) s = s.substr(0, dot);
     return s;
   };
-  if (!calibrated_model.empty() && stem(calibrated_model) != in.model.name && stem(calibrated_model) != stem(o.model))
+  const bool completed = std::any_of(completed_for.begin(), completed_for.end(), [&](const std::string& m) {
+    return stem(m) == in.model.name || stem(m) == stem(o.model);
+  });
+  if (!completed && !calibrated_model.empty() && stem(calibrated_model) != in.model.name &&
+      stem(calibrated_model) != stem(o.model))
     out.push_back("calibrated for model '" + calibrated_model + "', this job is '" + in.model.name +
                   "': its GEMM shapes and sizes are another model's, so lookups interpolate between them; calibrate "
                   "this model (tedsim calibrate --model " + o.model + " ...)");

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "tedsim/calibration/bench.hpp"
+#include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/calibration/provenance.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
@@ -43,75 +44,6 @@ std::string fmt(double v, int prec = 2) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
   return buf;
-}
-
-// Host names of every rank (MPI), distinct in rank order, and the most ranks on one host.
-void gather_hosts(Provenance& p) {
-  char name[MPI_MAX_PROCESSOR_NAME] = {0};
-  int len = 0;
-  MPI_Get_processor_name(name, &len);
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::vector<char> all(std::size_t(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
-  std::map<std::string, int> per_host;
-  std::vector<std::string> host_of_rank;
-  for (int r = 0; r < size; ++r) {
-    host_of_rank.emplace_back(&all[std::size_t(r) * MPI_MAX_PROCESSOR_NAME]);
-    if (per_host[host_of_rank.back()]++ == 0) p.hosts.push_back(host_of_rank.back());
-  }
-  require_block_placement(host_of_rank);  // every rank sees the same names, so all agree
-  p.ranks = size;
-  p.ranks_per_node = 1;
-  for (const auto& [h, n] : per_host) p.ranks_per_node = std::max(p.ranks_per_node, n);
-  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  MPI_Get_library_version(lib, &len);
-  std::string mpi(lib, std::size_t(len));
-  if (const auto nl = mpi.find_first_of("\n,"); nl != std::string::npos) mpi = mpi.substr(0, nl);
-  p.mpi = mpi;
-}
-
-Timing summarize(std::vector<double> s) {
-  std::sort(s.begin(), s.end());
-  Timing t;
-  t.min_s = s.front();
-  t.max_s = s.back();
-  t.median_s = s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
-  return t;
-}
-
-// The slowest rank's timing (a step waits for its slowest rank); identical on every rank.
-Timing slowest(Communicator& world, const Timing& t) {
-  std::vector<double> v{t.min_s, t.median_s, t.max_s};
-  world.host_max(v);
-  return Timing{v[0], v[1], v[2]};
-}
-
-// File work that only rank 0 does (reading the partial profile, writing it and the final one),
-// with its outcome shared: if it throws, rank 0 rethrows and every other rank throws an error of
-// the same kind, instead of waiting forever in the next collective while rank 0 exits.
-template <class Work>
-void on_root(Communicator& world, bool root, Work&& work) {
-  std::exception_ptr error;
-  double code = 0;  // ExitCode of rank 0's error, 0 if none
-  if (root) {
-    try {
-      work();
-    } catch (const Error& e) {
-      error = std::current_exception();
-      code = double(int(e.code()));
-    } catch (const std::exception&) {
-      error = std::current_exception();
-      code = double(int(ExitCode::failure));
-    }
-  }
-  std::vector<double> v{code};
-  world.host_max(v);
-  if (v[0] == 0) return;
-  if (error) std::rethrow_exception(error);
-  const std::string why = "rank 0 could not read or write the profile (its message says why)";
-  if (v[0] == double(int(ExitCode::bad_input))) throw InputError(why);
-  throw RunError(why);
 }
 
 struct Progress {
@@ -257,14 +189,7 @@ int run_calibration(const CalibrationOptions& o) {
   // Times with re-measurement: a point whose spread (max/min, slowest rank) is above the limit is
   // measured again, at most twice; the tightest attempt is kept. Decided on reduced values, so
   // every rank makes the same choice.
-  const auto measure = [&](const std::function<Timing()>& once) {
-    Timing best = once();
-    for (int attempt = 0; attempt < 2 && best.max_s > o.spread_limit * best.min_s; ++attempt) {
-      const Timing again = once();
-      if (again.max_s / again.min_s < best.max_s / best.min_s) best = again;
-    }
-    return best;
-  };
+  const auto measure = [&](const std::function<Timing()>& once) { return measure_steady(once, o.spread_limit); };
 
   // ---- GEMMs -------------------------------------------------------------------------------
   int gemm_rows = 0, kernel_rows = 0;

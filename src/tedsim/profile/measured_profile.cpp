@@ -407,6 +407,7 @@ double MeasuredProfile::eval(const Series& s, double bytes, int* where) {
 void MeasuredProfile::note(const std::string& key, const std::string& text, double size, SizeUnit unit,
                            double value, const char* value_unit) const {
   // Called with mutex_ held.
+  departed_ = true;
   auto it = warning_index_.find(key);
   if (it == warning_index_.end()) {
     warning_index_[key] = warnings_.size();
@@ -452,10 +453,10 @@ MeasuredProfile::Answer MeasuredProfile::answer(const std::string& key, Compute&
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  far_ = false;
+  far_ = departed_ = false;
   const double t = uncached();
-  const Answer a{t, far_};
-  far_ = false;
+  const Answer a{t, far_, departed_};
+  far_ = departed_ = false;
   cache_.emplace(key, a);
   return a;
 }
@@ -480,7 +481,13 @@ bool MeasuredProfile::far_outside(KernelKind kind, double bytes, Dtype dtype) co
   return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).far;
 }
 
+bool MeasuredProfile::departs(KernelKind kind, double bytes, Dtype dtype) const {
+  if (bytes <= 0) return false;
+  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).departed;
+}
+
 double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);  // note() needs it: the search calls from many threads
   note(std::string("p2p ") + (span.nodes > 1 ? "inter" : "intra"),
        std::string("p2p ") + (span.nodes > 1 ? "across nodes" : "inside a node") +
            ": not calibrated yet, analytic profile of the fallback topology used",
@@ -502,6 +509,14 @@ bool MeasuredProfile::far_outside(CollectiveOp op, const GroupSpan& span, double
                         span.crosses_islands, bytes),
                 [&] { return collective_uncached(op, span, bytes); })
       .far;
+}
+
+bool MeasuredProfile::departs(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  if (span.ranks <= 1 || bytes <= 0) return false;
+  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                        span.crosses_islands, bytes),
+                [&] { return collective_uncached(op, span, bytes); })
+      .departed;
 }
 
 double MeasuredProfile::gemm_uncached(const GemmShape& s) const {

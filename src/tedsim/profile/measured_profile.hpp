@@ -135,6 +135,10 @@ class MeasuredProfile final : public Profile {
   bool far_outside(const GemmShape& shape) const;
   bool far_outside(KernelKind kind, double bytes, Dtype dtype) const;
   bool far_outside(CollectiveOp op, const GroupSpan& span, double bytes) const;
+  // Whether the answer departs from the measured points at all (any warning: beyond the range, a
+  // borrowed group shape or dtype, not measured): what `validate --calibrate` measures.
+  bool departs(KernelKind kind, double bytes, Dtype dtype) const;
+  bool departs(CollectiveOp op, const GroupSpan& span, double bytes) const;
 
  private:
   struct Series {  // points of one kernel kind/dtype or one (op, shape), sorted by bytes
@@ -175,12 +179,13 @@ class MeasuredProfile final : public Profile {
   mutable std::unordered_map<std::string, std::size_t> warning_index_;
   struct Answer {
     double seconds;
-    bool far;
+    bool far, departed;
   };
   // Looks `key` up, computing it with `uncached` (mutex_ held) the first time.
   template <class Compute>
   Answer answer(const std::string& key, Compute&& uncached) const;
-  mutable bool far_ = false;  // set by the *_uncached computation under way (mutex_ held)
+  mutable bool far_ = false;       // set by the *_uncached computation under way (mutex_ held)
+  mutable bool departed_ = false;  // set by note() during it
   mutable std::unordered_map<std::string, Answer> cache_;
 };
 

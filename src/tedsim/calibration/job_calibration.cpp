@@ -1,0 +1,229 @@
+#include "tedsim/calibration/job_calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "tedsim/calibration/bench.hpp"
+#include "tedsim/calibration/point_timing.hpp"
+#include "tedsim/calibration/provenance.hpp"
+#include "tedsim/comm/collective_check.hpp"
+#include "tedsim/comm/ted_groups.hpp"
+#include "tedsim/comm/watchdog.hpp"
+#include "tedsim/core/build_info.hpp"
+#include "tedsim/model/group_spans.hpp"
+#include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/profile/recording_profile.hpp"
+#include "tedsim/search/evaluator.hpp"
+
+namespace tedsim::calibration {
+
+namespace {
+
+bool same_span(const GroupSpan& a, const GroupSpan& b) {
+  return a.ranks == b.ranks && a.nodes == b.nodes && a.max_ranks_per_node == b.max_ranks_per_node &&
+         a.groups_per_node == b.groups_per_node && a.crosses_islands == b.crosses_islands;
+}
+
+// What to measure, flattened to doubles so rank 0 can share it through host_max (every other rank
+// contributes zeros): GEMMs (m, n, k, batch, dtype), kernels (kind, bytes, dtype), collectives
+// (op, group kind, ranks, nodes, rpn, gpn, islands, bytes).
+struct Missing {
+  std::vector<double> gemms, kernels, collectives;
+};
+
+void share(Communicator& world, bool root, std::vector<double>& v) {
+  std::vector<double> n{root ? double(v.size()) : 0.0};
+  world.host_max(n);
+  if (!root) v.assign(std::size_t(n[0]), 0.0);
+  if (!v.empty()) world.host_max(v);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSpec& model, const std::string& model_name,
+                             const TopologySpec& topology, const ParallelConfig& config, const std::string& profile_path,
+                             int warmup, int reps) {
+  const bool root = world.rank() == 0;
+  const Dtype dtype = backend == Backend::cuda ? model.dtype : Dtype::fp32;
+  std::unique_ptr<Bench> bench = backend == Backend::cuda ? make_cuda_bench(dtype) : make_cpu_bench();
+  JobCalibration result;
+  ProfileData data;
+  Provenance here;
+  gather_hosts(here);
+  here.backend = to_string(backend);
+  const TedLayout layout(world.size(), config.tp, config.ep, config.layout, config.expert_tp, config.pp);
+  const GroupSpans spans = compute_group_spans(layout, topology);
+
+  // Rank 0: what the prediction asks that measured points do not answer.
+  Missing missing;
+  on_root(world, root, [&] {
+    std::ifstream probe(profile_path);
+    if (probe) {
+      data = load_profile_data(profile_path);
+      if (data.provenance.backend != here.backend)
+        throw InputError(profile_path + ": a profile of the " + data.provenance.backend + " backend; --calibrate adds " +
+                         here.backend + " measurements only to a profile of the same backend");
+    } else {
+      result.created = true;
+      data.provenance = here;
+      data.provenance.cpu_model = cpu_model_name();
+      data.provenance.devices = {bench->device_name()};
+      data.provenance.date = utc_now();
+      data.provenance.tedsim_version = build_info::version;
+      data.provenance.build_flags = build_info::flags;
+      if (backend == Backend::cuda) add_cuda_provenance(data.provenance);
+    }
+    const MeasuredProfile measured(data, topology);
+    const RecordingProfile recording(measured);
+    Evaluator(model, topology, recording).evaluate(config);
+    result.lookups = int(recording.gemms().size() + recording.kernels().size() + recording.collectives().size());
+    for (const GemmShape& g : recording.gemms()) {
+      const bool have = std::any_of(data.gemms.begin(), data.gemms.end(), [&](const GemmPoint& p) {
+        return p.shape.m == g.m && p.shape.n == g.n && p.shape.k == g.k && p.shape.batch == g.batch &&
+               p.shape.dtype == g.dtype;
+      });
+      if (have) continue;
+      if (g.dtype != dtype) {
+        ++result.unmeasurable;
+        continue;
+      }
+      missing.gemms.insert(missing.gemms.end(), {double(g.m), double(g.n), double(g.k), double(g.batch), double(int(g.dtype))});
+    }
+    for (const KernelLookup& k : recording.kernels())
+      if (measured.departs(k.kind, k.bytes, k.dtype))
+        missing.kernels.insert(missing.kernels.end(), {double(int(k.kind)), k.bytes, double(int(k.dtype))});
+    for (const CollectiveLookup& c : recording.collectives()) {
+      if (!measured.departs(c.op, c.span, c.bytes)) continue;
+      int kind = -1;
+      for (GroupKind gk : TedGroups::kinds) {
+        const SpanSet& set = spans.of(gk);
+        for (int i = 0; i < set.count; ++i)
+          if (same_span(set.spans[std::size_t(i)], c.span)) kind = int(gk);
+      }
+      if (kind < 0) {
+        ++result.unmeasurable;
+        continue;
+      }
+      missing.collectives.insert(missing.collectives.end(),
+                                 {double(int(c.op)), double(kind), double(c.span.ranks), double(c.span.nodes),
+                                  double(c.span.max_ranks_per_node), double(c.span.groups_per_node),
+                                  c.span.crosses_islands ? 1.0 : 0.0, c.bytes});
+    }
+  });
+  share(world, root, missing.gemms);
+  share(world, root, missing.kernels);
+  share(world, root, missing.collectives);
+  std::vector<double> counts{double(result.lookups), double(result.unmeasurable), result.created ? 1.0 : 0.0};
+  world.host_max(counts);
+  result.lookups = int(counts[0]);
+  result.unmeasurable = int(counts[1]);
+  result.created = counts[2] > 0;
+  const std::size_t gemm_n = missing.gemms.size() / 5, kernel_n = missing.kernels.size() / 3,
+                    coll_n = missing.collectives.size() / 8;
+  if (root)
+    std::cout << "validate --calibrate: the prediction asks " << result.lookups << " distinct lookups; "
+              << (result.created ? "the new profile " : profile_path + " ") << "lacks " << gemm_n << " GEMM, " << kernel_n
+              << " kernel and " << coll_n << " collective points: measuring them on this world" << std::endl;
+
+  const auto check = [&](std::int64_t wrong, const std::string& what) {
+    if (world.host_sum(wrong) != 0)
+      throw RunError(world.where() + ": " + what + " differs from its CPU reference; not timing a wrong kernel");
+  };
+  const double budget = 0.3;
+  long step = 0;
+  for (std::size_t i = 0; i < gemm_n; ++i) {
+    watchdog::at_step(++step);
+    const double* g = &missing.gemms[5 * i];
+    GemmShape shape{std::int64_t(g[0]), std::int64_t(g[1]), std::int64_t(g[2]), std::int64_t(g[3]), Dtype(int(g[4]))};
+    Prepared p = bench->gemm(shape);
+    check(p.check(), p.what);
+    const Timing t = measure_steady([&] { return slowest(world, summarize(bench->time(p, warmup, reps, budget))); }, 1.5);
+    data.gemms.push_back({shape, t});
+    ++result.gemms;
+  }
+  for (std::size_t i = 0; i < kernel_n; ++i) {
+    watchdog::at_step(++step);
+    const double* k = &missing.kernels[3 * i];
+    const KernelKind kind = KernelKind(int(k[0]));
+    // A kernel moves what the model's dimensions make of the size asked, not always the size: when
+    // it lands on one side of the lookup, a second point aimed by the ratio lands on the other, so
+    // the lookup interpolates between measured points.
+    double target = k[1];
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      Prepared p = bench->kernel(kind, target, model);
+      if (!p) {
+        if (attempt == 0) ++result.unmeasurable;
+        break;
+      }
+      check(p.check(), p.what);
+      const Timing t = measure_steady([&] { return slowest(world, summarize(bench->time(p, warmup, reps, budget))); }, 1.5);
+      data.kernels.push_back({kind, p.dtype.value_or(bench->dtype()), p.bytes, t});
+      if (attempt == 0) ++result.kernels;
+      if (p.bytes <= 0 || std::abs(p.bytes - k[1]) <= 1e-9 * k[1]) break;
+      target = k[1] * k[1] / p.bytes;
+    }
+  }
+  if (coll_n > 0) {
+    TedGroups groups(world, layout);
+    for (std::size_t i = 0; i < coll_n; ++i) {
+      watchdog::at_step(++step);
+      const double* c = &missing.collectives[8 * i];
+      const GroupSpan span{int(c[2]), int(c[3]), int(c[4]), int(c[5]), c[6] > 0};
+      Communicator& group = groups.group(GroupKind(int(c[1])));
+      // The lookup's size, rounded to whole elements per rank both ways, so the measured points
+      // bracket it (rank-split collectives need a multiple of the group size).
+      const double elems = c[7] / double(bytes_of(dtype));
+      const std::int64_t n = group.size();
+      const std::int64_t down = std::max<std::int64_t>(n, std::int64_t(std::floor(elems / double(n))) * n);
+      const std::int64_t up = std::max<std::int64_t>(n, std::int64_t(std::ceil(elems / double(n))) * n);
+      for (std::int64_t count : down == up ? std::vector<std::int64_t>{down} : std::vector<std::int64_t>{down, up}) {
+        CollectiveCase cc;
+        cc.op = CollectiveOp(int(c[0]));
+        cc.count = count;
+        cc.dtype = dtype;
+        cc.warmup = warmup;
+        cc.iters = reps;
+        CollectiveResult r;
+        const Timing t = measure_steady(
+            [&] {
+              r = check_and_time_groups(world, group, cc);
+              if (r.wrong != 0)
+                throw RunError(world.where() + ": " + to_string(cc.op) + " on the " + group.name() + " groups: " +
+                               std::to_string(r.wrong) + " wrong elements");
+              return Timing{r.time_min_s, r.time_median_s, r.time_max_s};
+            },
+            1.5);
+        const double busbw = double(r.bytes) / t.median_s / 1e9 * bus_bandwidth_factor(cc.op, r.ranks);
+        data.collectives.push_back({cc.op, dtype, span, double(r.bytes), t, busbw});
+      }
+      ++result.collectives;
+    }
+  }
+  on_root(world, root, [&] {
+    // Which models the profile was completed for: their predictions no longer borrow shapes.
+    nlohmann::json calibration = data.calibration_json.empty() ? nlohmann::json::object()
+                                                               : nlohmann::json::parse(data.calibration_json);
+    nlohmann::json& completed = calibration["completed_for"];
+    if (!completed.is_array()) completed = nlohmann::json::array();
+    const nlohmann::json entry = {{"model", model_name}, {"config", config.describe()}, {"ranks", world.size()}};
+    if (std::find(completed.begin(), completed.end(), entry) == completed.end()) completed.push_back(entry);
+    data.calibration_json = calibration.dump();
+    save_profile(profile_path, data);
+  });
+  return result;
+}
+
+}  // namespace tedsim::calibration
