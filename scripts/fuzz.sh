@@ -31,7 +31,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 command -v clang++ >/dev/null || { echo "fuzz.sh: needs clang++ (Debian: clang)" >&2; exit 2; }
-targets=(fuzz_model_yaml fuzz_topology_yaml fuzz_hf_config fuzz_profile_json fuzz_pipeline_layout fuzz_cli)
+targets=(fuzz_model_yaml fuzz_topology_yaml fuzz_hf_config fuzz_profile_json fuzz_pipeline_layout fuzz_cli fuzz_validation_config)
 all_targets=("${targets[@]}")
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DTEDSIM_FUZZ=ON -DTEDSIM_CUDA=OFF -DTEDSIM_TESTS=OFF \
     -DTEDSIM_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build.configure.log" 2>&1 ||
@@ -47,6 +47,7 @@ seed() {  # seed TARGET FILES...: copy files into the target's seed corpus
 seed fuzz_model_yaml "$root"/models/*.yaml "$root"/tests/bad_inputs/*.yaml
 seed fuzz_topology_yaml "$root"/topologies/*.yaml "$root"/tests/bad_inputs/topology_*.yaml
 seed fuzz_hf_config "$root"/models/hf/*/config.json "$root"/tests/bad_inputs/hf/*.json
+seed fuzz_validation_config "$root"/configs/*/*.yaml
 seed fuzz_profile_json $(find "$root/tests" "$root/reports" -name '*.json' -size -2M 2>/dev/null | head -20)
 mkdir -p "$build/fuzz/fuzz_pipeline_layout/seeds" "$build/fuzz/fuzz_cli/seeds"
 i=0

@@ -25,6 +25,7 @@
 #include "tedsim/runtime/measure.hpp"
 #include "tedsim/search/evaluator.hpp"
 #include "validate_command.hpp"
+#include "validation_config.hpp"
 #include "watchdog_options.hpp"
 
 namespace tedsim::cli {
@@ -48,60 +49,6 @@ struct ValidateOptions {
 
 
 bool given(const CLI::App* cmd, const char* option) { return cmd->count(option) > 0; }
-
-// Strict config file: every key required except seq and tiled_optimizer; unknown keys rejected.
-// Values apply unless the same option was given on the command line.
-void apply_config_file(ValidateOptions& o, const CLI::App* cmd) {
-  const YamlMap y = YamlMap::load_file(o.config);
-  auto need = [&](const char* key) {
-    if (!y.has(key)) throw InputError(o.config + ": missing key '" + key + "'");
-  };
-  for (const char* key : {"model", "topology", "gpus", "tp", "ep", "micro_batch", "global_batch", "dtd", "cac",
-                          "checkpoint", "zero", "expert_tp", "layout"})
-    need(key);
-  auto text = [&](const char* key, const char* opt, std::string& dst) {
-    const std::string v = y.text(key);
-    if (!given(cmd, opt)) dst = v;
-  };
-  auto integer = [&](const char* key, const char* opt, int& dst) {
-    const std::int64_t v = y.integer(key);
-    if (!given(cmd, opt)) dst = static_cast<int>(v);
-  };
-  auto flag = [&](const char* key, const char* on, const char* off, bool& dst) {
-    const bool v = y.boolean(key, dst);
-    if (!given(cmd, on) && !given(cmd, off)) dst = v;
-  };
-  text("model", "--model", o.in.model);
-  text("topology", "--topology", o.in.topology);
-  integer("gpus", "--gpus", o.in.gpus);
-  integer("tp", "--tp", o.knobs.tp);
-  integer("ep", "--ep", o.knobs.ep);
-  integer("micro_batch", "--micro-batch", o.knobs.micro_batch);
-  integer("global_batch", "--global-batch", o.in.global_batch);
-  flag("dtd", "--dtd", "--no-dtd", o.knobs.dtd);
-  flag("cac", "--cac", "--no-cac", o.knobs.cac);
-  flag("checkpoint", "--checkpoint", "--no-checkpoint", o.knobs.checkpoint);
-  integer("zero", "--zero", o.knobs.zero);
-  flag("expert_tp", "--expert-tp", "--no-expert-tp", o.knobs.expert_tp);
-  text("layout", "--layout", o.knobs.layout);
-  if (y.has("seq")) integer("seq", "--seq", o.in.seq_len);
-  if (y.has("tiled_optimizer")) flag("tiled_optimizer", "--tiled-optimizer", "--no-tiled-optimizer", o.knobs.tiled);
-  // The pipeline, recompute and sequence-parallel keys are optional: absent, they are off.
-  if (y.has("pp")) integer("pp", "--pp", o.knobs.pp);
-  if (y.has("vpp")) integer("vpp", "--vpp", o.knobs.vpp);
-  if (y.has("pipeline_layout")) text("pipeline_layout", "--pipeline-layout", o.knobs.pipeline_layout);
-  if (y.has("recompute")) text("recompute", "--recompute", o.knobs.recompute);
-  if (y.has("recompute_modules")) text("recompute_modules", "--recompute-modules", o.knobs.recompute_modules);
-  if (y.has("sequence_parallel"))
-    flag("sequence_parallel", "--sequence-parallel", "--no-sequence-parallel", o.knobs.sequence_parallel);
-  // Routing overrides of the model, as --capacity-factor and --imbalance.
-  if (y.has("capacity_factor") && !given(cmd, "--capacity-factor")) o.in.capacity_factor = y.nonnegative_number("capacity_factor", 0.0);
-  if (y.has("imbalance") && !given(cmd, "--imbalance")) o.in.imbalance = y.positive_number("imbalance");
-  o.knobs.cac_given = true;  // a config file states cac, dtd and checkpoint
-  o.knobs.dtd_given = true;
-  o.knobs.checkpoint_given = switch_given(*cmd, "checkpoint");
-  y.reject_unknown_keys();
-}
 
 std::string ms(double s) { return fixed(s * 1e3, 3); }
 std::string rel_error(double predicted, double measured) {
@@ -138,7 +85,7 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
 int run_validate(ValidateOptions o, const CLI::App* cmd) {
   const Backend backend = parse_backend(o.backend);
   MpiSession mpi(watchdog_options(o.watchdog));
-  if (!o.config.empty()) apply_config_file(o, cmd);
+  if (!o.config.empty()) apply_validation_config(YamlMap::load_file(o.config), o.in, o.knobs, *cmd);
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (!given(cmd, "--gpus") && (o.config.empty())) o.in.gpus = world_size;
@@ -177,7 +124,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   const bool root = world->rank() == 0;
   if (o.calibrate) {
     const calibration::JobCalibration done =
-        calibration::calibrate_job(*world, backend, in.model, o.in.model, in.topology, c, o.in.profile, 2, 20);
+        calibration::calibrate_job(*world, backend, in.model, o.in.model, in.topology, c, o.in.profile, 2, 10);
     in.profile = load_profile(o.in.profile, in.topology);
     if (root)
       std::cout << "validate --calibrate: measured " << done.gemms << " GEMM, " << done.kernels << " kernel and "

@@ -142,7 +142,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
     if (world.host_sum(wrong) != 0)
       throw RunError(world.where() + ": " + what + " differs from its CPU reference; not timing a wrong kernel");
   };
-  const double budget = 0.3;
+  const double budget = 0.15;  // seconds of timed repetitions per point (a job asks tens of points, not hundreds)
   long step = 0;
   for (std::size_t i = 0; i < gemm_n; ++i) {
     watchdog::at_step(++step);

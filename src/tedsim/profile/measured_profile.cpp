@@ -461,29 +461,42 @@ MeasuredProfile::Answer MeasuredProfile::answer(const std::string& key, Compute&
   return a;
 }
 
-double MeasuredProfile::gemm_seconds(const GemmShape& s) const {
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return 0.0;
-  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype), [&] { return gemm_uncached(s); }).seconds;
+MeasuredProfile::Answer MeasuredProfile::gemm_answer(const GemmShape& s) const {
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return {0.0, false, false};
+  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype), [&] { return gemm_uncached(s); });
 }
 
-bool MeasuredProfile::far_outside(const GemmShape& s) const {
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return false;
-  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype), [&] { return gemm_uncached(s); }).far;
+MeasuredProfile::Answer MeasuredProfile::kernel_answer(KernelKind kind, double bytes, Dtype dtype) const {
+  if (bytes <= 0) return {0.0, false, false};
+  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); });
 }
 
+MeasuredProfile::Answer MeasuredProfile::collective_answer(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  if (span.ranks <= 1 || bytes <= 0) return {0.0, false, false};
+  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                        span.crosses_islands, bytes),
+                [&] { return collective_uncached(op, span, bytes); });
+}
+
+double MeasuredProfile::gemm_seconds(const GemmShape& s) const { return gemm_answer(s).seconds; }
+bool MeasuredProfile::far_outside(const GemmShape& s) const { return gemm_answer(s).far; }
 double MeasuredProfile::kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const {
-  if (bytes <= 0) return 0.0;
-  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).seconds;
+  return kernel_answer(kind, bytes, dtype).seconds;
 }
-
 bool MeasuredProfile::far_outside(KernelKind kind, double bytes, Dtype dtype) const {
-  if (bytes <= 0) return false;
-  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).far;
+  return kernel_answer(kind, bytes, dtype).far;
 }
-
 bool MeasuredProfile::departs(KernelKind kind, double bytes, Dtype dtype) const {
-  if (bytes <= 0) return false;
-  return answer(raw_key('k', kind, bytes, dtype), [&] { return kernel_uncached(kind, bytes, dtype); }).departed;
+  return kernel_answer(kind, bytes, dtype).departed;
+}
+double MeasuredProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  return collective_answer(op, span, bytes).seconds;
+}
+bool MeasuredProfile::far_outside(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  return collective_answer(op, span, bytes).far;
+}
+bool MeasuredProfile::departs(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  return collective_answer(op, span, bytes).departed;
 }
 
 double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
@@ -493,30 +506,6 @@ double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
            ": not calibrated yet, analytic profile of the fallback topology used",
        bytes);
   return fallback_.p2p_seconds(span, bytes);
-}
-
-double MeasuredProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
-  if (span.ranks <= 1 || bytes <= 0) return 0.0;
-  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
-                        span.crosses_islands, bytes),
-                [&] { return collective_uncached(op, span, bytes); })
-      .seconds;
-}
-
-bool MeasuredProfile::far_outside(CollectiveOp op, const GroupSpan& span, double bytes) const {
-  if (span.ranks <= 1 || bytes <= 0) return false;
-  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
-                        span.crosses_islands, bytes),
-                [&] { return collective_uncached(op, span, bytes); })
-      .far;
-}
-
-bool MeasuredProfile::departs(CollectiveOp op, const GroupSpan& span, double bytes) const {
-  if (span.ranks <= 1 || bytes <= 0) return false;
-  return answer(raw_key('c', op, span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
-                        span.crosses_islands, bytes),
-                [&] { return collective_uncached(op, span, bytes); })
-      .departed;
 }
 
 double MeasuredProfile::gemm_uncached(const GemmShape& s) const {

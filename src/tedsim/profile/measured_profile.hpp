@@ -184,6 +184,9 @@ class MeasuredProfile final : public Profile {
   // Looks `key` up, computing it with `uncached` (mutex_ held) the first time.
   template <class Compute>
   Answer answer(const std::string& key, Compute&& uncached) const;
+  Answer gemm_answer(const GemmShape& shape) const;
+  Answer kernel_answer(KernelKind kind, double bytes, Dtype dtype) const;
+  Answer collective_answer(CollectiveOp op, const GroupSpan& span, double bytes) const;
   mutable bool far_ = false;       // set by the *_uncached computation under way (mutex_ held)
   mutable bool departed_ = false;  // set by note() during it
   mutable std::unordered_map<std::string, Answer> cache_;
