@@ -1,5 +1,7 @@
 #include "validation_config.hpp"
 
+#include <climits>
+
 #include "tedsim/core/error.hpp"
 
 namespace tedsim::cli {
@@ -22,6 +24,10 @@ void apply_validation_config(const YamlMap& y, InputOptions& in, ConfigOptions& 
   };
   auto integer = [&](const char* key, const char* opt, int& dst) {
     const std::int64_t v = y.integer(key);
+    // A value past int would wrap silently into another configuration.
+    if (v < INT_MIN || v > INT_MAX)
+      throw InputError(y.file() + ": key '" + key + "': " + std::to_string(v) + " is out of range (at most " +
+                       std::to_string(INT_MAX) + ")");
     if (!given(cmd, opt)) dst = static_cast<int>(v);
   };
   auto flag = [&](const char* key, const char* on, const char* off, bool& dst) {

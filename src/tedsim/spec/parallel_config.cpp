@@ -1,5 +1,7 @@
 #include "tedsim/spec/parallel_config.hpp"
 
+#include <cstdint>
+
 #include "tedsim/core/error.hpp"
 #include "tedsim/spec/model_spec.hpp"
 #include "tedsim/spec/pipeline_layout.hpp"
@@ -47,7 +49,8 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
   if (c.stage_gpus() % (c.tp * c.ep) != 0)
     return "tp x ep = " + s(c.tp * c.ep) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage" +
            (c.pp > 1 ? " (gpus " + s(c.gpus) + " / pp " + s(c.pp) + ")" : std::string());
-  if (c.global_batch % (c.micro_batch * c.dp()) != 0)
+  // In 64 bits: a micro-batch near INT_MAX times the data degree must not overflow.
+  if (std::int64_t(c.global_batch) % (std::int64_t(c.micro_batch) * c.dp()) != 0)
     return "global batch " + s(c.global_batch) + " is not a multiple of micro-batch x data degree = " +
            s(c.micro_batch) + " x " + s(c.dp());
   // Megatron's interleaved schedule runs micro-batches in groups of P.
