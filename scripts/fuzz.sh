@@ -66,6 +66,10 @@ status=0
 rows=()
 for t in "${targets[@]}"; do
   dir="$build/fuzz/$t"
+  # Crashes of an earlier run are kept aside, so only this run's findings count.
+  if [[ -d "$dir/crashes" ]] && [[ -n "$(ls -A "$dir/crashes")" ]]; then
+    mkdir -p "$dir/crashes-earlier" && mv "$dir/crashes"/* "$dir/crashes-earlier/"
+  fi
   mkdir -p "$dir/corpus" "$dir/crashes"
   limit=(-max_total_time="$seconds")
   [[ -n "$runs" ]] && limit=(-runs="$runs")
