@@ -8,6 +8,7 @@ packages=(cmake g++ make pkg-config
           libopenmpi-dev openmpi-bin
           clang     # scripts/fuzz.sh: libFuzzer with ASan and UBSan
           procps    # pgrep: the SIGKILL-resume test finds the rank to kill
+          iproute2  # ip netns and tc: the namespace test cluster (scripts/test-cluster.sh)
           python3)  # the validation script and one calibration test read JSON with it
 missing=()
 for p in "${packages[@]}"; do
