@@ -9,6 +9,7 @@ packages=(cmake g++ make pkg-config
           clang     # scripts/fuzz.sh: libFuzzer with ASan and UBSan
           procps    # pgrep: the SIGKILL-resume test finds the rank to kill
           iproute2  # ip netns and tc: the namespace test cluster (scripts/test-cluster.sh)
+          slurmctld slurmd slurm-client  # a single-host Slurm the srun test starts and stops
           python3)  # the validation script and one calibration test read JSON with it
 missing=()
 for p in "${packages[@]}"; do
