@@ -2,7 +2,7 @@
 # calibrate and validate started by Slurm's srun, under a real single-host Slurm that this test
 # starts (slurmctld and slurmd with a private configuration, ports and state directory) and stops:
 # srun --mpi=pmix -n 2 calibrates, validates, and ends a hung rank through the watchdog within its
-# deadline + 10 s (srun, unlike mpirun, leaves a job step's other tasks waiting by default).
+# deadline + 10 s (a hung rank exits nothing, so no launcher ends the step by itself).
 #   slurm_srun.sh TEDSIM DIR
 # Exit 77 (skipped) without Slurm's daemons (Debian: slurmctld slurmd slurm-client) or as non-root.
 set -uo pipefail

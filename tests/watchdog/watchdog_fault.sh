@@ -4,7 +4,7 @@
 #   watchdog_fault.sh TEDSIM MPIRUN WORKDIR NP calibrate|validate hang|exit|exit-kept RANK
 # hang:      the rank stops outside any collective; the watchdog's census names it alive and stuck.
 # exit:      the rank dies; mpirun ends the job itself, and the rank's last words name it.
-# exit-kept: the rank dies under a launcher that keeps the others running (srun's default; here
+# exit-kept: the rank dies under a launcher that keeps the others running (here
 #            mpirun --mca orte_abort_on_non_zero_status 0); the watchdog names it as not answering.
 set -uo pipefail
 TEDSIM=$1 MPIRUN=$2 DIR=$3 NP=$4 CMD=$5 FAULT=$6 RANK=$7
