@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -17,12 +16,10 @@
 
 #include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/point_timing.hpp"
-#include "tedsim/calibration/provenance.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/comm/watchdog.hpp"
-#include "tedsim/core/build_info.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/report/text_table.hpp"
@@ -32,13 +29,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::string fmt(double v, int prec = 2) {
   char buf[64];
@@ -74,19 +64,11 @@ int run_calibration(const CalibrationOptions& o) {
   const double budget = o.quick ? 0.05 : 0.3;  // seconds of timed repetitions per point, at least 3 reps
   if (o.out.empty()) throw InputError("--out: a profile file to write is required");
 
-  ProfileData data;
-  Provenance& prov = data.provenance;
-  gather_hosts(prov);
-  prov.backend = to_string(o.backend);
-  prov.cpu_model = cpu_model_name();
-  prov.date = utc_now();
-  prov.tedsim_version = build_info::version;
-  prov.build_flags = build_info::flags;
-
   const Dtype dtype = o.backend == Backend::cuda ? o.model.dtype : Dtype::fp32;
   std::unique_ptr<Bench> bench = o.backend == Backend::cuda ? make_cuda_bench(dtype) : make_cpu_bench();
-  prov.devices = {bench->device_name()};
-  if (o.backend == Backend::cuda) add_cuda_provenance(prov);
+  ProfileData data;
+  data.provenance = describe_this_run(o.backend, *bench);
+  Provenance& prov = data.provenance;
 
   SweepOptions so;
   so.gpus = o.gpus > 0 ? o.gpus : world->size();
@@ -180,12 +162,7 @@ int run_calibration(const CalibrationOptions& o) {
     });
     if (o.stop_after > 0 && int(measured_now) >= o.stop_after && index < sweep.points()) stopped = true;
   };
-  const auto check = [&](std::int64_t wrong, const std::string& what) {
-    const std::int64_t total = world->host_sum(wrong);
-    if (total != 0)
-      throw RunError(world->where() + ": " + what + " differs from its CPU reference in " + std::to_string(total) +
-                     " elements (summed over ranks); not timing a wrong kernel");
-  };
+  const auto check = [&](std::int64_t wrong, const std::string& what) { require_correct(*world, wrong, what); };
   // Times with re-measurement: a point whose spread (max/min, slowest rank) is above the limit is
   // measured again, at most twice; the tightest attempt is kept. Decided on reduced values, so
   // every rank makes the same choice.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -11,11 +10,9 @@
 
 #include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/point_timing.hpp"
-#include "tedsim/calibration/provenance.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/comm/watchdog.hpp"
-#include "tedsim/core/build_info.hpp"
 #include "tedsim/model/group_spans.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/profile/recording_profile.hpp"
@@ -44,13 +41,6 @@ void share(Communicator& world, bool root, std::vector<double>& v) {
   if (!v.empty()) world.host_max(v);
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSpec& model, const std::string& model_name,
@@ -61,9 +51,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
   std::unique_ptr<Bench> bench = backend == Backend::cuda ? make_cuda_bench(dtype) : make_cpu_bench();
   JobCalibration result;
   ProfileData data;
-  Provenance here;
-  gather_hosts(here);
-  here.backend = to_string(backend);
+  const Provenance here = describe_this_run(backend, *bench);
   const TedLayout layout(world.size(), config.tp, config.ep, config.layout, config.expert_tp, config.pp);
   const GroupSpans spans = compute_group_spans(layout, topology);
 
@@ -79,12 +67,6 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
     } else {
       result.created = true;
       data.provenance = here;
-      data.provenance.cpu_model = cpu_model_name();
-      data.provenance.devices = {bench->device_name()};
-      data.provenance.date = utc_now();
-      data.provenance.tedsim_version = build_info::version;
-      data.provenance.build_flags = build_info::flags;
-      if (backend == Backend::cuda) add_cuda_provenance(data.provenance);
     }
     const MeasuredProfile measured(data, topology);
     const RecordingProfile recording(measured);
@@ -138,10 +120,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
               << (result.created ? "the new profile " : profile_path + " ") << "lacks " << gemm_n << " GEMM, " << kernel_n
               << " kernel and " << coll_n << " collective points: measuring them on this world" << std::endl;
 
-  const auto check = [&](std::int64_t wrong, const std::string& what) {
-    if (world.host_sum(wrong) != 0)
-      throw RunError(world.where() + ": " + what + " differs from its CPU reference; not timing a wrong kernel");
-  };
+  const auto check = [&](std::int64_t wrong, const std::string& what) { require_correct(world, wrong, what); };
   const double budget = 0.15;  // seconds of timed repetitions per point (a job asks tens of points, not hundreds)
   long step = 0;
   for (std::size_t i = 0; i < gemm_n; ++i) {

@@ -3,9 +3,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <ctime>
 #include <map>
 
+#include "tedsim/calibration/provenance.hpp"
 #include "tedsim/calibration/sweep.hpp"
+#include "tedsim/core/build_info.hpp"
 
 namespace tedsim::calibration {
 
@@ -47,6 +50,35 @@ Timing slowest(Communicator& world, const Timing& t) {
   std::vector<double> v{t.min_s, t.median_s, t.max_s};
   world.host_max(v);
   return Timing{v[0], v[1], v[2]};
+}
+
+namespace {
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+}  // namespace
+
+Provenance describe_this_run(Backend backend, const Bench& bench) {
+  Provenance p;
+  gather_hosts(p);
+  p.backend = to_string(backend);
+  p.cpu_model = cpu_model_name();
+  p.date = utc_now();
+  p.tedsim_version = build_info::version;
+  p.build_flags = build_info::flags;
+  p.devices = {bench.device_name()};
+  if (backend == Backend::cuda) add_cuda_provenance(p);
+  return p;
+}
+
+void require_correct(Communicator& world, std::int64_t wrong, const std::string& what) {
+  const std::int64_t total = world.host_sum(wrong);
+  if (total != 0)
+    throw RunError(world.where() + ": " + what + " differs from its CPU reference in " + std::to_string(total) +
+                   " elements (summed over ranks); not timing a wrong kernel");
 }
 
 Timing measure_steady(const std::function<Timing()>& once, double spread_limit) {

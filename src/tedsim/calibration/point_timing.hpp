@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tedsim/calibration/bench.hpp"
 #include "tedsim/comm/communicator.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/measured_profile.hpp"
@@ -16,6 +17,14 @@ namespace tedsim::calibration {
 // Host names of every rank (MPI), distinct in rank order, the most ranks on one host and the MPI
 // library. Collective over MPI_COMM_WORLD; InputError unless ranks are placed in blocks.
 void gather_hosts(Provenance& p);
+
+// Everything a profile records of the run that measures it: the hosts (gather_hosts, so
+// collective), backend, CPU, `bench`'s device, the date, tedsim's build and the CUDA versions.
+Provenance describe_this_run(Backend backend, const Bench& bench);
+
+// Throws RunError on every rank unless no rank's kernel differed from its CPU reference: a wrong
+// kernel is not timed.
+void require_correct(Communicator& world, std::int64_t wrong, const std::string& what);
 
 // min / median / max of repetitions.
 Timing summarize(std::vector<double> seconds);
