@@ -64,33 +64,34 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
   return table;
 }
 
-// For each choice the best plan turns on: what the best plan without it costs.
-void print_why_this_plan(std::ostream& out, const SearchResult& r) {
-  if (r.top.empty()) return;
+// For each choice the best plan turns on: what the best plan without it costs. The first line is
+// the heading.
+std::vector<std::string> why_this_plan(const SearchResult& r) {
+  std::vector<std::string> lines;
+  if (r.top.empty()) return lines;
   const Prediction& best = r.top.front();
-  out << "why this plan (" << best.config.describe() << ", " << human_seconds(best.sim.iteration_s)
-      << " per iteration):\n";
-  bool any = false;
+  lines.push_back("why this plan (" + best.config.describe() + ", " + human_seconds(best.sim.iteration_s) +
+                  " per iteration):");
   for (int k = 0; k < kKnobCount; ++k) {
     if (!knob_on(best.config, Knob(k))) continue;
-    any = true;
     const std::optional<Prediction>& w = r.without[std::size_t(k)];
-    out << "  " << knob_name(Knob(k)) << ": ";
+    std::string line = "  " + std::string(knob_name(Knob(k))) + ": ";
     if (!w) {
-      out << "without it no configuration fits in memory\n";
+      lines.push_back(line + "without it no configuration fits in memory");
       continue;
     }
     const double dt = w->sim.iteration_s - best.sim.iteration_s;
     if (std::fabs(dt) <= 1e-9 * best.sim.iteration_s)
-      out << "no difference in time (a tie broken by rank order)";
+      line += "no difference in time (a tie broken by rank order)";
     else
-      out << (dt >= 0 ? "saves " : "costs ") << human_seconds(std::fabs(dt)) << " per iteration ("
-          << fixed(100 * std::fabs(dt) / w->sim.iteration_s, 1) << "%)";
-    out << "; the best plan without it: " << w->config.describe()
-        << ", " << human_seconds(w->sim.iteration_s) << ", peak " << fixed(w->memory.peak / kGiB, 2) << " GiB (this plan "
-        << fixed(best.memory.peak / kGiB, 2) << ")\n";
+      line += (dt >= 0 ? "saves " : "costs ") + human_seconds(std::fabs(dt)) + " per iteration (" +
+              fixed(100 * std::fabs(dt) / w->sim.iteration_s, 1) + "%)";
+    line += "; the best plan without it: " + w->config.describe() + ", " + human_seconds(w->sim.iteration_s) + ", peak " +
+            fixed(w->memory.peak / kGiB, 2) + " GiB (this plan " + fixed(best.memory.peak / kGiB, 2) + ")";
+    lines.push_back(line);
   }
-  if (!any) out << "  it turns on none of the options; each would make it slower or not fit\n";
+  if (lines.size() == 1) lines.push_back("  it turns on none of the options; each would make it slower or not fit");
+  return lines;
 }
 
 int run_search_command(const SearchOptions& o) {
@@ -116,8 +117,10 @@ int run_search_command(const SearchOptions& o) {
   SearchResult r;
   {
     ProgressBar bar("search");
+    // The HTML report plots every feasible configuration, so each is evaluated in full.
     r = run_search(
-        evaluator, space, o.top, [&bar](long long done, long long total) { bar.update(done, total); }, threads);
+        evaluator, space, o.top, [&bar](long long done, long long total) { bar.update(done, total); }, threads,
+        !o.in.html.empty());
   }
   std::vector<std::string> folded;
   const TextTable table = ranking_table(r, !o.all, &folded);
@@ -128,7 +131,8 @@ int run_search_command(const SearchOptions& o) {
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
-  print_why_this_plan(out, r);
+  const std::vector<std::string> why_lines = why_this_plan(r);
+  for (const std::string& line : why_lines) out << line << "\n";
   if (r.feasible == 0 && r.smallest_peak > 0)
     out << "no configuration fits in device memory: the smallest peak is " << fixed(r.smallest_peak / kGiB, 2)
         << " GiB against " << fixed(r.capacity / kGiB, 2)
@@ -140,7 +144,11 @@ int run_search_command(const SearchOptions& o) {
     write_launch_files(o.emit, in, r.top[std::size_t(o.emit_rank - 1)], out);
   }
   if (!o.csv.empty()) write_file_atomically(o.csv, ranking_table(r, false, nullptr).csv());
-  if (!o.in.json.empty()) write_json_with_inputs(o.in.json, search_json(r, in.model), in);
+  if (!o.in.json.empty() || !o.in.html.empty()) {
+    nlohmann::json doc = search_json(r, in.model);
+    doc["why"] = why_lines;
+    write_results(o.in, doc, in, out);
+  }
   return 0;
 }
 

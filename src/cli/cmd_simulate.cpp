@@ -42,7 +42,8 @@ int run_simulate(const SimulateOptions& o) {
   const ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
   const Evaluator evaluator(in.model, in.topology, *in.profile);
   TraceRecorder trace;
-  const Prediction p = evaluator.evaluate(c, o.trace.empty() ? nullptr : &trace);
+  const bool record = !o.trace.empty() || !o.in.json.empty() || !o.in.html.empty();
+  const Prediction p = evaluator.evaluate(c, record ? &trace : nullptr);
   print_prediction(out, p);
   print_profile_warnings(out, *in.profile);
   const double far_share = print_far_lookup_share(out, in, c, p.sim.iteration_s);
@@ -52,10 +53,12 @@ int run_simulate(const SimulateOptions& o) {
     out << "trace: " << o.trace << " (" << trace.events().size() << " events; open in ui.perfetto.dev or chrome://tracing)\n";
   }
   write_launch_files(o.emit, in, p, out);
-  if (!o.in.json.empty()) {
+  if (!o.in.json.empty() || !o.in.html.empty()) {
     nlohmann::json doc = prediction_json(p, in.model);
+    doc["kind"] = "simulate";
     if (far_share >= 0) doc["profile_far_share"] = far_share;  // of the iteration, on far extrapolations
-    write_json_with_inputs(o.in.json, doc, in);
+    doc["timeline"] = timeline_json(trace);
+    write_results(o.in, doc, in, out);
   }
   return 0;
 }

@@ -11,6 +11,7 @@
 #include "tedsim/profile/far_masked_profile.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "tedsim/core/atomic_file.hpp"
+#include "tedsim/report/html_reports.hpp"
 #include "tedsim/report/launch_export.hpp"
 #include "tedsim/report/prediction_json.hpp"
 #include "tedsim/report/text_table.hpp"
@@ -38,6 +39,7 @@ void add_input_options(CLI::App& app, InputOptions& o) {
           "POSITIVE"));
   app.add_option("--profile", o.profile, "measured profile (JSON written by tedsim calibrate); default: analytic");
   app.add_option("--json", o.json, "write JSON to FILE, or - for stdout (tables then go to stderr)");
+  app.add_option("--html", o.html, "write the result as one self-contained HTML report with plots (opens offline)");
 }
 
 void add_switch(CLI::App& app, const std::string& name, bool& value, const std::string& what, const std::string& note) {
@@ -192,6 +194,19 @@ void write_json_with_inputs(const std::string& path, nlohmann::json doc, const I
   doc["topology"] = in.topology.name;
   doc["profile"] = in.profile->describe();
   write_json(path, doc);
+}
+
+void write_html_result(const std::string& path, const nlohmann::json& doc, const std::string& source, std::ostream& out) {
+  write_html_report(path, {doc}, {source});
+  out << "report: " << path << " (open it in a browser; it fetches nothing)\n";
+}
+
+void write_results(const InputOptions& o, nlohmann::json doc, const Inputs& in, std::ostream& out) {
+  doc["model"] = in.model.name;
+  doc["topology"] = in.topology.name;
+  doc["profile"] = in.profile->describe();
+  if (!o.json.empty()) write_json(o.json, doc);
+  if (!o.html.empty()) write_html_result(o.html, doc, "tedsim " + doc.value("kind", std::string("result")), out);
 }
 
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s) {

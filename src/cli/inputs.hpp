@@ -29,6 +29,7 @@ struct InputOptions {
   int seq_len = 0;         // 0: the model's
   std::string profile;     // empty: analytic profile from the topology
   std::string json;        // --json FILE or "-"
+  std::string html;        // --html FILE: the result as a self-contained HTML report
 };
 
 struct Inputs {
@@ -95,5 +96,10 @@ void write_launch_files(const std::vector<std::string>& emit, const Inputs& inpu
                         std::ostream& out);
 // Writes `doc` (to a file, or stdout for "-") with the model, topology and profile it came from.
 void write_json_with_inputs(const std::string& path, nlohmann::json doc, const Inputs& inputs);
+// --json and --html: `doc` (its "kind" set) with its inputs as JSON, and as an HTML report
+// (html_reports.hpp), saying where the report went on `out`.
+void write_results(const InputOptions& options, nlohmann::json doc, const Inputs& inputs, std::ostream& out);
+// The HTML report of `doc` to `path`, said on `out` (what write_results does for --html).
+void write_html_result(const std::string& path, const nlohmann::json& doc, const std::string& source, std::ostream& out);
 
 }  // namespace tedsim::cli

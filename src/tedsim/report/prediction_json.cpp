@@ -94,7 +94,34 @@ nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m) {
 nlohmann::json search_json(const SearchResult& r, const ModelSpec& m) {
   nlohmann::json results = nlohmann::json::array();
   for (const Prediction& p : r.top) results.push_back(prediction_json(p, m));
-  return {{"evaluated", r.evaluated}, {"feasible", r.feasible}, {"seconds", r.seconds}, {"results", results}};
+  nlohmann::json doc = {{"kind", "search"}, {"evaluated", r.evaluated}, {"feasible", r.feasible}, {"seconds", r.seconds},
+                        {"results", results}};
+  if (!r.points.empty()) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const PlanPoint& p : r.points) {
+      const ParallelConfig& c = p.config;
+      points.push_back({{"plan", c.describe()}, {"tokens_per_s", p.tokens_per_s}, {"iteration_time_s", p.iteration_s},
+                        {"peak_gib", p.peak_bytes / kGiB}, {"pp", c.pp}, {"vpp", c.vpp}, {"tp", c.tp}, {"ep", c.ep},
+                        {"micro_batch", c.micro_batch}, {"zero", c.zero}, {"recompute", to_string(c.recompute)},
+                        {"dtd", c.dtd}, {"cac", c.cac}, {"sequence_parallel", c.sequence_parallel},
+                        {"expert_tp", c.expert_tp}, {"layout", to_string(c.layout)}});
+    }
+    doc["points"] = points;
+  }
+  return doc;
+}
+
+nlohmann::json timeline_json(const TraceRecorder& trace) {
+  static const char* const streams[] = {"compute", "data-parallel", "p2p"};
+  nlohmann::json events = nlohmann::json::array();
+  for (const TraceEvent& e : trace.events())
+    events.push_back({{"lane", "stage " + std::to_string(e.stage) + " " + streams[int(e.stream)]},
+                      {"name", e.name},
+                      {"phase", to_string(e.phase)},
+                      {"start_s", e.start_s},
+                      {"duration_s", e.duration_s},
+                      {"where", e.context}});
+  return events;
 }
 
 void write_json(const std::string& path, const nlohmann::json& doc) {

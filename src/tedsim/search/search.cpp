@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -175,10 +176,11 @@ struct Share {
   std::array<Ranked, kKnobCount> without{};
   long long evaluated = 0, feasible = 0;
   double smallest_peak = 0, capacity = 0;
+  std::vector<std::pair<std::size_t, PlanPoint>> points;  // (index in the share, point), with every_point
 };
 
 Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& configs, std::size_t keep,
-                   const std::function<void(long long)>& tick) {
+                   const std::function<void(long long)>& tick, bool every_point) {
   const Evaluator evaluator(shared.model(), shared.topology(), shared.profile());  // own group-span cache
   Share share;
   auto workload_holder = std::make_unique<Workload>();
@@ -201,12 +203,13 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
       knobs[k] = knob_on(c, Knob(k));
       if (!knobs[k]) worst_kept = std::min(worst_kept, share.without[std::size_t(k)].tokens_per_s);
     }
-    const Prediction p = evaluator.evaluate_bounded(c, workload, worst_kept);
+    const Prediction p = evaluator.evaluate_bounded(c, workload, every_point ? 0.0 : worst_kept);
     ++share.evaluated;
     if (share.smallest_peak == 0 || p.memory.peak < share.smallest_peak) share.smallest_peak = p.memory.peak;
     share.capacity = p.memory.capacity;
     if (p.fits()) {
       ++share.feasible;
+      if (every_point) share.points.push_back({i, PlanPoint{c, p.sim.iteration_s, p.tokens_per_s, p.memory.peak}});
       const Ranked r{p.tokens_per_s, i};
       if (keep > 0 && p.tokens_per_s > 0 && (share.best.size() < keep || better(r, share.best.back()))) {
         share.best.insert(std::upper_bound(share.best.begin(), share.best.end(), r, better), r);
@@ -225,7 +228,7 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
 }  // namespace
 
 SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, int top_k,
-                        const std::function<void(long long, long long)>& progress, int threads) {
+                        const std::function<void(long long, long long)>& progress, int threads, bool every_point) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ParallelConfig> configs = enumerate_configs(evaluator.model(), space);
   SearchResult result;
@@ -246,7 +249,7 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
   const std::size_t thread_count = static_cast<std::size_t>(threads);
   std::vector<Share> shares(thread_count);
   if (threads == 1) {
-    shares[0] = search_share(evaluator, configs, keep, tick);
+    shares[0] = search_share(evaluator, configs, keep, tick, every_point);
   } else {
     std::vector<std::thread> pool;
     std::vector<std::vector<ParallelConfig>> parts(thread_count);
@@ -258,12 +261,13 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
       indices[t].push_back(i);
     }
     for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] { shares[std::size_t(t)] = search_share(evaluator, parts[std::size_t(t)], keep, tick); });
+      pool.emplace_back([&, t] { shares[std::size_t(t)] = search_share(evaluator, parts[std::size_t(t)], keep, tick, every_point); });
     for (std::thread& th : pool) th.join();
     for (int t = 0; t < threads; ++t) {
       for (Ranked& r : shares[std::size_t(t)].best) r.index = indices[std::size_t(t)][r.index];
       for (Ranked& r : shares[std::size_t(t)].without)
         if (r.tokens_per_s > 0) r.index = indices[std::size_t(t)][r.index];
+      for (auto& point : shares[std::size_t(t)].points) point.first = indices[std::size_t(t)][point.first];
     }
   }
   std::vector<Ranked> best;
@@ -276,6 +280,12 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
     best.insert(best.end(), s.best.begin(), s.best.end());
   }
   std::sort(best.begin(), best.end(), better);
+  if (every_point) {
+    std::vector<std::pair<std::size_t, PlanPoint>> all;
+    for (Share& s : shares) std::move(s.points.begin(), s.points.end(), std::back_inserter(all));
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& point : all) result.points.push_back(std::move(point.second));
+  }
   if (best.size() > keep) best.resize(keep);
   for (const Ranked& r : best) result.top.push_back(evaluator.evaluate(configs[r.index]));
   if (!result.top.empty()) {

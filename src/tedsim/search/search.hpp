@@ -26,6 +26,12 @@ struct SearchSpace {
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };
 
+// One feasible configuration as the search saw it (kept only when asked: HTML scatter plots).
+struct PlanPoint {
+  ParallelConfig config;
+  double iteration_s = 0, tokens_per_s = 0, peak_bytes = 0;
+};
+
 struct SearchResult {
   long long evaluated = 0;
   long long feasible = 0;
@@ -35,6 +41,8 @@ struct SearchResult {
   std::vector<Prediction> top;  // best first
   // For each choice the best plan turns on (plan_knobs.hpp), the best plan with it off, if any fits.
   std::array<std::optional<Prediction>, kKnobCount> without;
+  // With `every_point`: each feasible configuration, in enumeration order.
+  std::vector<PlanPoint> points;
 };
 
 // Why `space` holds no valid configuration for `model`: how many candidate (P, t, e) the first
@@ -46,8 +54,10 @@ std::string explain_no_valid_configuration(const ModelSpec& model, const SearchS
 std::vector<ParallelConfig> enumerate_configs(const ModelSpec& model, const SearchSpace& space);
 
 // `progress(done, total)` is called now and then for long searches. `threads` share the work; the
-// result is the same for any count (ties keep enumeration order).
+// result is the same for any count (ties keep enumeration order). `every_point` keeps a PlanPoint
+// of every feasible configuration, which evaluates each one fully (no pruning by bounds): slower.
 SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, int top_k,
-                        const std::function<void(long long, long long)>& progress = {}, int threads = 1);
+                        const std::function<void(long long, long long)>& progress = {}, int threads = 1,
+                        bool every_point = false);
 
 }  // namespace tedsim
