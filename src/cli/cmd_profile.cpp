@@ -1,6 +1,8 @@
 // tedsim profile show FILE / tedsim profile diff A B: read measured profiles (cost model only).
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/collective_table.hpp"
 #include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/report/html_reports.hpp"
 #include "tedsim/report/text_table.hpp"
 
 namespace tedsim::cli {
@@ -40,7 +43,7 @@ std::string calibration_arguments(const std::string& calibration_json) {
   return text;
 }
 
-int run_show(const std::string& path) {
+int run_show(const std::string& path, const std::string& html) {
   const ProfileData d = load_profile_data(path);
   const Provenance& p = d.provenance;
   std::ostream& out = std::cout;
@@ -81,6 +84,13 @@ int run_show(const std::string& path) {
                fixed2(x.bytes / x.seconds.median_s / 1e9, 3), fixed2(x.busbw_gbs, 3)});
   out << "# collectives: " << d.collectives.size() << " points\n";
   c.print(out);
+  if (!html.empty()) {  // the file parsed above, so it is valid JSON
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    write_html_report(html, {nlohmann::json::parse(text.str())}, {path});
+    out << "report: " << html << " (open it in a browser; it fetches nothing)\n";
+  }
   return 0;
 }
 
@@ -136,8 +146,10 @@ void register_profile(CLI::App& app, Action& action) {
   cmd->require_subcommand(1);
   auto file = std::make_shared<std::string>();
   CLI::App* show = cmd->add_subcommand("show", "provenance and every measured point of a profile");
+  auto html = std::make_shared<std::string>();
   show->add_option("FILE", *file, "profile file")->required();
-  show->callback([file, &action] { action = [file] { return run_show(*file); }; });
+  show->add_option("--html", *html, "also write the profile's plots as a self-contained HTML report");
+  show->callback([file, html, &action] { action = [file, html] { return run_show(*file, *html); }; });
   auto a = std::make_shared<std::string>(), b = std::make_shared<std::string>();
   CLI::App* diff = cmd->add_subcommand("diff", "ratio B/A of every point two profiles share, and a summary");
   diff->add_option("A", *a, "first profile")->required();

@@ -208,8 +208,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       out << "verdict: PREDICTION OFF by " << fixed(100 * err, 1) << "% (tolerance " << fixed(100 * o.tolerance, 0)
           << "%): the profile does not describe this machine well; calibrate it (tedsim calibrate) and pass --profile\n";
 
-    if (!o.in.json.empty()) {
+    if (!o.in.json.empty() || !o.in.html.empty()) {
       nlohmann::json doc;
+      doc["kind"] = "validate";
       PhaseTimes measured{};
       for (int p = 0; p < runtime::kPhaseCount; ++p) measured[p] = run.phase_median[p];
       nlohmann::json errors = nlohmann::json::object();
@@ -249,7 +250,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       if (far_share >= 0) doc["profile_far_share"] = far_share;
       doc["backend"] = to_string(backend);
       doc["ranks"] = world->size();
-      write_json(o.in.json, doc);
+      if (!o.in.json.empty()) write_json(o.in.json, doc);
+      if (!o.in.html.empty()) write_html_result(o.in.html, doc, "tedsim validate", out);
     }
   }
   world->barrier();

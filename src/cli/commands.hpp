@@ -11,5 +11,7 @@ using Action = std::function<int()>;
 void register_simulate(CLI::App& app, Action& action);
 void register_search(CLI::App& app, Action& action);
 void register_model(CLI::App& app, Action& action);
+void register_scale(CLI::App& app, Action& action);
+void register_report(CLI::App& app, Action& action);
 
 }  // namespace tedsim::cli

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   cli::register_simulate(app, action);
   cli::register_search(app, action);
   cli::register_model(app, action);
+  cli::register_scale(app, action);
+  cli::register_report(app, action);
 #if TEDSIM_CALIBRATION_AVAILABLE
   cli::register_calibrate(app, action);
   cli::register_profile(app, action);

@@ -9,7 +9,7 @@ const char* kStyle = R"(<style>
 body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px auto;max-width:1180px;color:#1d2330;padding:0 16px}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #dde1e8;padding-bottom:4px}
 h3{font-size:15px;margin-top:20px}p{line-height:1.45}
-pre{background:#f5f6f8;padding:10px;overflow-x:auto;font-size:12px}
+pre{background:#f5f6f8;padding:10px;white-space:pre-wrap;font-size:12px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #dde1e8;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f0f2f5;cursor:pointer;user-select:none}th:first-child,td:first-child{text-align:left}

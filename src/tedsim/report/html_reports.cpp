@@ -339,8 +339,10 @@ void scale_section(HtmlPage& page, const json& doc) {
   if (!per_gpu.empty()) {
     Lines lines{"devices", "throughput per device (tokens/s)", ""};
     lines.x_log = true;
+    lines.y_zero = true;
     page.plot(line_chart(per_gpu, lines),
-              "Throughput per device of the best plan at each cluster size: flat is perfect weak scaling of the batch.");
+              "Throughput per device of the best plan at each cluster size, for the same global batch of " +
+                  text(doc, "global_batch") + " sequences: flat is perfect strong scaling.");
   }
   if (!breakdown.empty())
     page.plot(stacked_bars_chart(breakdown, bars("exposed time per iteration (ms)", "cluster size", "phase")),

@@ -22,7 +22,9 @@ std::size_t distinct(const json& rows, const char* field) {
   return seen.size();
 }
 
-json legend(const std::string& title) { return {{"fill", "colour"}, {"title", title}, {"orient", "right"}}; }
+json legend(const std::string& title) {
+  return {{"fill", "colour"}, {"title", title}, {"orient", "right"}, {"labelLimit", 320}};
+}
 
 }  // namespace
 
@@ -75,7 +77,7 @@ json stacked_bars_chart(const json& rows, const StackedBars& o) {
                          {"fill", {{"value", "#c0392b"}}},
                          {"fontSize", {{"value", 11}}}}}}}});
   }
-  return {{"width", kWidth - 160},
+  return {{"width", kWidth - 300},
           {"height", int(26 * bars + 10)},
           {"padding", {{"left", 5}, {"right", 5}, {"top", 16}, {"bottom", 5}}},
           {"data", data},
@@ -85,7 +87,7 @@ json stacked_bars_chart(const json& rows, const StackedBars& o) {
                         {{"name", "x"}, {"type", "linear"}, {"domain", x_domain}, {"range", "width"}, {"nice", true}, {"zero", true}},
                         {{"name", "colour"}, {"type", "ordinal"}, {"domain", {{"data", "rows"}, {"field", "part"}}},
                          {"range", "category"}}})},
-          {"axes", json::array({axis("bottom", "x", o.value_title), axis("left", "y", o.bar_title, {{"grid", false}})})},
+          {"axes", json::array({axis("bottom", "x", o.value_title), axis("left", "y", o.bar_title, {{"grid", false}, {"labelLimit", 340}})})},
           {"legends", json::array({legend(o.part_title)})},
           {"marks", marks}};
 }
@@ -231,17 +233,17 @@ json line_chart(const json& points, const Lines& o) {
                          {"fill", {{"value", "#c0392b"}}},
                          {"fontSize", {{"value", 11}}}}}}}});
   }
-  const auto scale = [](const char* name, bool log, const char* range, json domain) {
-    json s = {{"name", name}, {"type", log ? "log" : "linear"}, {"domain", domain}, {"range", range}, {"nice", true}};
-    if (!log) s["zero"] = false;
+  const auto scale = [](const char* name, bool log, bool zero, const char* range, json domain) {
+    json s = {{"name", name}, {"type", log ? "log" : "linear"}, {"domain", domain}, {"range", range}, {"nice", std::string(name) == "y"}};
+    if (!log) s["zero"] = zero;
     return s;
   };
   return {{"width", kWidth - 200},
           {"height", 300},
           {"padding", 5},
           {"data", data},
-          {"scales", json::array({scale("x", o.x_log, "width", {{"data", "points"}, {"field", "x"}}),
-                                  scale("y", o.y_log, "height", y_domain),
+          {"scales", json::array({scale("x", o.x_log, false, "width", {{"data", "points"}, {"field", "x"}}),
+                                  scale("y", o.y_log, o.y_zero, "height", y_domain),
                                   {{"name", "colour"}, {"type", "ordinal"},
                                    {"domain", {{"data", "points"}, {"field", "series"}}}, {"range", "category"}}})},
           {"axes", json::array({axis("bottom", "x", o.x_title, o.x_log ? json{{"format", "~s"}} : json::object()),
@@ -265,7 +267,7 @@ json timeline_chart(const json& events, const Timeline& o) {
                          {"range", "width"}, {"zero", true}},
                         {{"name", "colour"}, {"type", "ordinal"}, {"domain", {{"data", "events"}, {"field", "colour"}, {"sort", true}}},
                          {"range", "category"}}})},
-          {"axes", json::array({axis("bottom", "x", o.time_title), axis("left", "y", o.lane_title, {{"grid", false}})})},
+          {"axes", json::array({axis("bottom", "x", o.time_title), axis("left", "y", o.lane_title, {{"grid", false}, {"labelLimit", 240}})})},
           {"legends", json::array({legend(o.colour_title)})},
           {"marks",
            json::array({{{"type", "rect"},
