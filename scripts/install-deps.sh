@@ -10,6 +10,8 @@ packages=(cmake g++ make pkg-config
           procps    # pgrep: the SIGKILL-resume test finds the rank to kill
           iproute2  # ip netns and tc: the namespace test cluster (scripts/test-cluster.sh)
           slurmctld slurmd slurm-client  # a single-host Slurm the srun test starts and stops
+          libjs-vega  # Vega, inlined into the HTML reports (--html)
+          chromium-headless-shell  # the report tests load every kind of report in a real browser
           python3)  # the validation script and one calibration test read JSON with it
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "inputs.hpp"
+#include "measured_trace.hpp"
 #include "tedsim/calibration/job_calibration.hpp"
 #include "tedsim/comm/mpi_session.hpp"
 #include "tedsim/profile/measured_profile.hpp"
@@ -44,6 +45,7 @@ struct ValidateOptions {
   float lr = 1e-3f;
   double tolerance = 0.25;
   bool calibrate = false;
+  std::string trace, trace_predicted;
   WatchdogCliOptions watchdog;
 };
 
@@ -140,9 +142,11 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         << ")\n";
   }
   const Evaluator evaluator(in.model, in.topology, *in.profile);
-  const Prediction pred = evaluator.evaluate(c);
+  TraceRecorder predicted_trace;
+  const Prediction pred = evaluator.evaluate(c, o.trace_predicted.empty() ? nullptr : &predicted_trace);
 
   runtime::TrainerOptions topt;
+  topt.record_slices = !o.trace.empty();
   topt.seed = o.seed;
   topt.data_file = o.data;
   topt.lr = o.lr;
@@ -208,6 +212,16 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       out << "verdict: PREDICTION OFF by " << fixed(100 * err, 1) << "% (tolerance " << fixed(100 * o.tolerance, 0)
           << "%): the profile does not describe this machine well; calibrate it (tedsim calibrate) and pass --profile\n";
 
+    const std::string title = in.model.name + " " + c.describe();
+    if (!o.trace.empty()) {
+      write_measured_trace(o.trace, run, title);
+      out << "trace: " << o.trace << " (measured iteration " << run.traced_iteration << ", the one nearest the median, "
+          << world->size() << " ranks; open in ui.perfetto.dev)\n";
+    }
+    if (!o.trace_predicted.empty()) {
+      predicted_trace.write_chrome_trace(o.trace_predicted, title);
+      out << "trace: " << o.trace_predicted << " (the prediction, " << predicted_trace.events().size() << " events)\n";
+    }
     if (!o.in.json.empty() || !o.in.html.empty()) {
       nlohmann::json doc;
       doc["kind"] = "validate";
@@ -284,6 +298,10 @@ void register_validate(CLI::App& app, Action& action) {
   cmd->add_flag("--calibrate", o->calibrate,
                 "before running, measure every point the prediction needs that --profile FILE lacks (on this world's "
                 "own groups) and add them to FILE");
+  cmd->add_option("--trace", o->trace,
+                  "write the measured iteration (nearest the median) as a Chrome/Perfetto trace: a process per rank");
+  cmd->add_option("--trace-predicted", o->trace_predicted,
+                  "write the prediction of the same configuration as a trace with the same slice names");
   add_watchdog_options(*cmd, o->watchdog);
   cmd->callback([o, cmd, &action] { action = [o, cmd] { return run_validate(*o, cmd); }; });
 }

@@ -204,24 +204,15 @@ void search_section(HtmlPage& page, const json& doc) {
               "Peak memory per device of the best " + std::to_string(few) + " plans by part, against the usable device memory.");
   const json& points = doc.value("points", json::array());
   if (!points.empty()) {
-    // The Pareto front: no other plan is both faster and smaller.
-    std::vector<std::size_t> order(points.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      const double ma = number(points[a], "peak_gib"), mb = number(points[b], "peak_gib");
-      return ma != mb ? ma < mb : number(points[a], "tokens_per_s") > number(points[b], "tokens_per_s");
-    });
-    std::set<std::size_t> on_front;
-    json front = json::array();
-    double best = -1;
-    for (std::size_t i : order) {
-      const double t = number(points[i], "tokens_per_s");
-      if (t > best) {
-        best = t;
-        on_front.insert(i);
-        front.push_back({{"x", number(points[i], "peak_gib")}, {"y", t}});
-      }
+    std::vector<double> memory, throughput;
+    for (const json& pt : points) {
+      memory.push_back(number(pt, "peak_gib"));
+      throughput.push_back(number(pt, "tokens_per_s"));
     }
+    const std::vector<std::size_t> front_index = pareto_front(memory, throughput);
+    const std::set<std::size_t> on_front(front_index.begin(), front_index.end());
+    json front = json::array();
+    for (std::size_t i : front_index) front.push_back({{"x", memory[i]}, {"y", throughput[i]}});
     const std::size_t stride = points.size() > kMaxScatterPoints ? (points.size() + kMaxScatterPoints - 1) / kMaxScatterPoints : 1;
     json drawn = json::array();
     for (std::size_t i = 0; i < points.size(); ++i) {
@@ -418,6 +409,22 @@ void profile_section(HtmlPage& page, const json& doc, const std::string& source)
 }
 
 }  // namespace
+
+std::vector<std::size_t> pareto_front(const std::vector<double>& peak_memory, const std::vector<double>& throughput) {
+  std::vector<std::size_t> order(std::min(peak_memory.size(), throughput.size()));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return peak_memory[a] != peak_memory[b] ? peak_memory[a] < peak_memory[b] : throughput[a] > throughput[b];
+  });
+  std::vector<std::size_t> front;
+  double best = 0;
+  for (std::size_t i : order)
+    if (front.empty() || throughput[i] > best) {
+      best = throughput[i];
+      front.push_back(i);
+    }
+  return front;
+}
 
 std::string report_kind(const json& doc) {
   if (!doc.is_object()) return "";

@@ -32,6 +32,11 @@ struct MeasuredRun {
   // Dropless models: the busiest expert's tokens over the mean, per MoE layer pass, on rank 0's
   // expert group (warm-up included).
   std::vector<double> imbalance;
+  // With TrainerOptions::record_slices: the measured iteration nearest the median (its number,
+  // from 1), and on every world rank its timed regions in time order, the gaps between them filled
+  // with "compute" slices, up to that rank's end of the step.
+  int traced_iteration = 0;
+  std::vector<std::vector<StepSlice>> rank_slices;
 };
 
 // Collective over `world`. Throws what the Trainer throws.

@@ -13,6 +13,19 @@ const char* phase_key(int phase) {
   return phase >= 0 && phase < kPhaseCount ? keys[phase] : "?";
 }
 
+const std::vector<std::string>& step_slice_names() {
+  // The names the prediction's trace gives the same operations (sim/ and model/ name them).
+  static const std::vector<std::string> names = {
+      "compute",  // the time between timed regions (the layers' own kernels)
+      "tp_allreduce_attn", "tp_allreduce_mlp", "tp_allreduce_expert", "tp_allreduce_embedding",
+      "tp_allreduce_loss_max", "tp_allreduce_loss_sum", "tp_allreduce_lm_head_bwd",
+      "ep_alltoall_dispatch", "ep_alltoall_combine", "dtd_allgather_dispatch", "dtd_allgather_combine",
+      "embedding_lookup", "final_layernorm", "cross_entropy", "cross_entropy_bwd", "final_layernorm_bwd", "embedding_bwd",
+      "grad_sync_nonexpert", "grad_sync_expert", "zero_param_allgather", "tied_embedding_allreduce", "adam_step",
+      "p2p_send_activation", "p2p_send_gradient", "pipeline bubble", "wait for p2p"};
+  return names;
+}
+
 void require_step_backend(Backend backend) { require_step_ops(backend); }
 
 Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o)
@@ -221,7 +234,8 @@ void Trainer::Impl::register_params() {
   }
 }
 
-void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph) {
+void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph,
+                              const char* name) {
   if (mode == CommMode::replay) {
     Tensor& saved = (*cur_stash)[stash_next++];
     ops.copy(recvbuf, saved.data(), recv_count);
@@ -238,7 +252,7 @@ void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendb
       case Coll::all_to_all: comm.all_to_all(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
     }
     comm.wait();
-    phase[ph] += now_s() - t0;
+    charge(ph, name, t0, now_s());
   }
   if (mode == CommMode::record) {
     cur_stash->emplace_back();
@@ -247,7 +261,7 @@ void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendb
 }
 
 void Trainer::Impl::all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
-                                 const std::vector<std::size_t>& recv_counts) {
+                                 const std::vector<std::size_t>& recv_counts, const char* name) {
   std::size_t recv_total = 0;
   for (std::size_t c : recv_counts) recv_total += c;
   if (mode == CommMode::replay) {
@@ -261,7 +275,7 @@ void Trainer::Impl::all_to_all_v(const float* sendbuf, const std::vector<std::si
     const double t0 = clock();
     ep->all_to_all_v(sendbuf, send_counts, recvbuf, recv_counts, Dtype::fp32);
     ep->wait();
-    phase[kEpAllToAll] += now_s() - t0;
+    charge(kEpAllToAll, name, t0, now_s());
   }
   if (mode == CommMode::record) {
     cur_stash->emplace_back();
@@ -340,12 +354,15 @@ void Trainer::Impl::check_finite(double loss_share) {
 
 StepStats Trainer::Impl::step() {
   phase.fill(0);
+  slices.clear();
   const double t0 = clock();
+  step_origin = t0;
   store.zero_grads();
   std::array<double, 3> sums = run_micro_batches(iter, true);
   const double check0 = clock();
   check_finite(sums[0]);
   const double checked = clock() - check0;  // tedsim's own check: not the step's time
+  const std::size_t before_check = slices.size();
   sync_tied_embedding();
   sync_and_update();
   const double t1 = clock() - checked;
@@ -378,6 +395,11 @@ StepStats Trainer::Impl::step() {
   for (int p = 1; p < kPhaseCount; ++p) other += phase[p];
   phase[kCompute] = std::max(0.0, st.seconds - other);
   st.phase = phase;
+  for (std::size_t i = before_check; i < slices.size(); ++i) {  // the check's time is not the step's
+    slices[i].start_s -= checked;
+    slices[i].end_s -= checked;
+  }
+  st.slices = slices;
   ++iter;
   return st;
 }

@@ -51,7 +51,18 @@ struct TrainerOptions {
   std::size_t optimizer_tile = 1 << 16;  // elements per tiled expert Adam call
   bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
   bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
+  bool record_slices = false;     // keep each timed region of a step (StepStats::slices)
 };
+
+// One timed region of a step on this rank: a collective, the optimizer, a piece of the head, named
+// as the prediction's trace names the same operation. Seconds from the start of the step.
+struct StepSlice {
+  const char* name;  // one of step_slice_names()
+  int phase;         // PhaseIndex
+  double start_s, end_s;
+};
+// Every name a StepSlice can carry (the measured trace's vocabulary).
+const std::vector<std::string>& step_slice_names();
 
 struct StepStats {
   double loss = 0;        // global mean over micro-batches of CE + aux_coef * sum of MoE aux losses
@@ -59,6 +70,7 @@ struct StepStats {
   double aux_loss = 0;    // sum over MoE layers, mean over micro-batches
   double seconds = 0;     // this rank's wall time of the iteration
   PhaseSeconds phase{};   // exposed time per phase on this rank; sums to seconds
+  std::vector<StepSlice> slices;  // with TrainerOptions::record_slices, in time order
 };
 
 struct Checksum {

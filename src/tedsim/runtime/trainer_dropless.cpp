@@ -26,7 +26,7 @@ void Trainer::Impl::dropless_exchange_out(LayerActs& A, const float* dbuf, float
     at += n;
   }
   float* rb = ensure(recv, std::max<std::size_t>(received, 1));
-  all_to_all_v(sb, send_counts, rb, recv_counts);
+  all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_dispatch");
   // Source-major (s, x) -> expert-major (x, s).
   std::vector<std::size_t> src_at(std::size_t(S) * El);
   at = 0;
@@ -71,7 +71,7 @@ void Trainer::Impl::dropless_exchange_back(LayerActs& A, const float* expert_row
       at += n;
     }
   float* rb = ensure(recv, std::max<std::size_t>(received, 1));
-  all_to_all_v(sb, send_counts, rb, recv_counts);
+  all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_combine");
   at = 0;
   for (int e2 = 0; e2 < E; ++e2) {
     const std::size_t n = std::size_t(A.dl_kept[e2]) * hh;
@@ -90,7 +90,7 @@ void Trainer::Impl::dropless_experts_forward(const LayerIds& li, LayerActs& A, f
   // Each peer learns how many rows of each of its experts come from here (exact as floats).
   float* sc = ensure(dl_send_counts, E);
   for (int e2 = 0; e2 < E; ++e2) sc[e2] = static_cast<float>(A.dl_kept[e2]);
-  collective(Coll::all_to_all, *ep, sc, ensure(dl_recv_counts, E), E, kEpAllToAll);
+  collective(Coll::all_to_all, *ep, sc, ensure(dl_recv_counts, E), E, kEpAllToAll, "ep_alltoall_dispatch");
   A.dl_recv.resize(E);
   for (int i = 0; i < E; ++i) A.dl_recv[i] = static_cast<std::int32_t>(dl_recv_counts.data()[i]);
   const int S = ep->size();
@@ -119,7 +119,7 @@ void Trainer::Impl::dropless_experts_forward(const LayerIds& li, LayerActs& A, f
     off += R;
   }
   // Every tensor rank routed the same tokens alike: the same rows, each with a slice of the width.
-  if (cfg.expert_tp && t > 1) tp_allreduce(eout, total * hh);
+  if (cfg.expert_tp && t > 1) tp_allreduce(eout, total * hh, "tp_allreduce_expert");
   float* cb = ensure(A.cbuf, ECh);  // the dispatch buffer is consumed: it becomes the combine input
   dropless_exchange_back(A, eout, cb);
   ops.combine(gate, cb, h, out);
@@ -169,7 +169,7 @@ void Trainer::Impl::dropless_experts_backward(const LayerIds& li, LayerActs& A, 
     }
     off += R;
   }
-  if (cfg.expert_tp && t > 1) tp_allreduce(gein, total * hh);
+  if (cfg.expert_tp && t > 1) tp_allreduce(gein, total * hh, "tp_allreduce_expert");
   float* gdb = ensure(gath, ECh);
   dropless_exchange_back(A, gein, gdb);
   ops.dispatch_backward(gate, gdb, h, gxn);

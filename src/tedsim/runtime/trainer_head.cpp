@@ -7,10 +7,10 @@ void Trainer::Impl::embed_forward() {
   const double t0 = clock();
   float* x = ensure(inputs[0], static_cast<std::size_t>(T) * h);
   ops.embedding_forward(T, h, v0, V_l, tokens.data(), P(emb), x);
-  phase[kOther] += clock() - t0;
+  charge(kOther, "embedding_lookup", t0, clock());
   CommMode saved = mode;
   mode = CommMode::live;
-  tp_allreduce(x, static_cast<std::size_t>(T) * h);
+  tp_allreduce(x, static_cast<std::size_t>(T) * h, "tp_allreduce_embedding");
   mode = saved;
 }
 
@@ -18,24 +18,24 @@ double Trainer::Impl::head_and_loss(bool backward) {
   const std::size_t Th = static_cast<std::size_t>(T) * h;
   double t0 = clock();
   norm_forward(inputs[L].data(), lnf_g, lnf_b, ensure(xf, Th), lnf_mean, lnf_rstd);
-  phase[kOther] += clock() - t0;
+  charge(kOther, "final_layernorm", t0, clock());
   float* lg = ensure(logits, static_cast<std::size_t>(T) * V_l);
   mm_bt(T, V_l, h, xf.data(), P(lm), lg);
   t0 = clock();
   float* r = ensure(red, 3 * static_cast<std::size_t>(T));
   float *mx = r, *se = r + T, *tg = r + 2 * T;
   ops.ce_max_and_target(T, V_l, v0, lg, targets.data(), mx, tg);
-  phase[kOther] += clock() - t0;
+  charge(kOther, "cross_entropy", t0, clock());
   if (t > 1) {
     const double c0 = clock();
     tp->all_reduce(mx, mx, T, Dtype::fp32, ReduceOp::max);
     tp->wait();
-    phase[kTpAllReduce] += now_s() - c0;
+    charge(kTpAllReduce, "tp_allreduce_loss_max", c0, now_s());
   }
   t0 = clock();
   ops.ce_exp_and_sum(T, V_l, mx, lg, se);  // logits become exp(l - max); the target's is in tg
-  phase[kOther] += clock() - t0;
-  if (t > 1) tp_allreduce(se, 2 * static_cast<std::size_t>(T));
+  charge(kOther, "cross_entropy", t0, clock());
+  if (t > 1) tp_allreduce(se, 2 * static_cast<std::size_t>(T), "tp_allreduce_loss_sum");
   t0 = clock();
   host_red.resize(3 * static_cast<std::size_t>(T));
   ops.to_host(r, host_red.data(), host_red.size());
@@ -43,27 +43,27 @@ double Trainer::Impl::head_and_loss(bool backward) {
   for (int i = 0; i < T; ++i) loss += std::log(static_cast<double>(host_red[T + i])) + host_red[i] - host_red[2 * T + i];
   loss /= T;
   if (!backward) {
-    phase[kOther] += clock() - t0;
+    charge(kOther, "cross_entropy", t0, clock());
     return loss;
   }
   const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(nmb_global));
   ops.ce_gradient(T, V_l, v0, targets.data(), se, scale, lg);
-  phase[kOther] += clock() - t0;
+  charge(kOther, "cross_entropy_bwd", t0, clock());
   mm_at_acc(V_l, h, T, lg, xf.data(), G(lm));
   float* gxf = ensure(gtmp, Th);
   mm(T, h, V_l, lg, P(lm), gxf);
-  tp_allreduce(gxf, Th);
+  tp_allreduce(gxf, Th, "tp_allreduce_lm_head_bwd");
   t0 = clock();
   float* g = ensure(gbuf, Th);
   ln_backward(inputs[L].data(), lnf_g, lnf_b, lnf_mean.data(), lnf_rstd.data(), gxf, g);
-  phase[kOther] += clock() - t0;
+  charge(kOther, "final_layernorm_bwd", t0, clock());
   return loss;
 }
 
 void Trainer::Impl::embed_backward() {
   const double t0 = clock();
   ops.embedding_backward(T, h, v0, V_l, tokens.data(), gbuf.data(), G(emb));
-  phase[kOther] += clock() - t0;
+  charge(kOther, "embedding_bwd", t0, clock());
 }
 
 }  // namespace tedsim::runtime

@@ -139,6 +139,8 @@ struct Trainer::Impl {
   std::vector<Tensor>* cur_stash = nullptr;
   std::size_t stash_next = 0;
   PhaseSeconds phase{};
+  std::vector<StepSlice> slices;  // this step's timed regions (opt.record_slices)
+  double step_origin = 0;         // clock at the step's start
   std::uint64_t routing_sig = 0;
   double aux_sum = 0;
 
@@ -191,11 +193,19 @@ struct Trainer::Impl {
   // Every layer collective goes through here: timed into its phase, recorded into the layer's CAC
   // stash in the first forward, and replayed from it in the recompute.
   enum class Coll { all_reduce, all_gather, all_to_all };
-  void collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph);
-  void tp_allreduce(float* buf, std::size_t n) { collective(Coll::all_reduce, *tp, buf, buf, n, kTpAllReduce); }
+  void collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph,
+                  const char* name);
+  void tp_allreduce(float* buf, std::size_t n, const char* name) {
+    collective(Coll::all_reduce, *tp, buf, buf, n, kTpAllReduce, name);
+  }
+  // Charges [t0, t1] to phase `ph`, and keeps it as a slice named `name` when slices are recorded.
+  void charge(int ph, const char* name, double t0, double t1) {
+    phase[ph] += t1 - t0;
+    if (opt.record_slices) slices.push_back({name, ph, t0 - step_origin, t1 - step_origin});
+  }
   // Uneven all-to-all over the expert group, counts in elements; recorded and replayed like the others.
   void all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
-                    const std::vector<std::size_t>& recv_counts);
+                    const std::vector<std::size_t>& recv_counts, const char* name);
 
   // ---------------------------------------------------------------- layout helpers
   // [E][C][h] -> this TP rank's capacity slice [E][Cp][h].

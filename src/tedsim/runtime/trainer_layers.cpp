@@ -59,7 +59,7 @@ void Trainer::Impl::layer_forward(int l, const float* x, LayerActs& A, float* ou
   if (cfg.recomputes(kRecomputeCoreAttn)) release(A.probs);
   float* x1 = ensure(A.x1, Th);
   mm(T, h, q_l, A.ctx.data(), P(li.out), x1);
-  tp_allreduce(x1, Th);
+  tp_allreduce(x1, Th, "tp_allreduce_attn");
   add_into(Th, x, x1);
   // MLP or MoE.
   norm_forward(x1, li.ln2_g, li.ln2_b, ensure(A.xn2, Th), A.mean2, A.rstd2);
@@ -100,7 +100,7 @@ void Trainer::Impl::mlp_forward(const LayerActs& A, int width_l, int fc1_l, int 
   mm(T, fc1_l, h, A.xn2.data(), P(fc1), ensure(f1, static_cast<std::size_t>(T) * fc1_l));
   activation_forward(T, width_l, f1.data(), ensure(a1, static_cast<std::size_t>(T) * width_l));
   mm(T, h, width_l, a1.data(), P(fc2), out);
-  tp_allreduce(out, Th);
+  tp_allreduce(out, Th, "tp_allreduce_mlp");
 }
 
 // Its backward: weight gradients accumulated, the input gradient written to gx (all-reduced).
@@ -113,7 +113,7 @@ void Trainer::Impl::mlp_backward(const LayerActs& A, int width_l, int fc1_l, int
   activation_backward(T, width_l, f1.data(), ga1, gf1);
   mm_at_acc(h, fc1_l, T, A.xn2.data(), gf1, G(fc1));
   mm_bt(T, h, fc1_l, gf1, P(fc1), gx);
-  tp_allreduce(gx, static_cast<std::size_t>(T) * h);
+  tp_allreduce(gx, static_cast<std::size_t>(T) * h, "tp_allreduce_mlp");
 }
 
 void Trainer::Impl::shared_forward(const LayerIds& li, LayerActs& A) {
@@ -148,11 +148,11 @@ void Trainer::Impl::capacity_experts_forward(const LayerIds& li, LayerActs& A, f
     slice_cap(dbuf, ensure(send, ECph));
     a2a_in = send.data();
   }
-  collective(Coll::all_to_all, *ep, a2a_in, ensure(recv, ECph), ECph, kEpAllToAll);
+  collective(Coll::all_to_all, *ep, a2a_in, ensure(recv, ECph), ECph, kEpAllToAll, "ep_alltoall_dispatch");
   const float* src = recv.data();
   int S = e;
   if (etp_split) {
-    collective(Coll::all_gather, *tp, recv.data(), ensure(gath, ECph * t), ECph * t, kTpAllGather);
+    collective(Coll::all_gather, *tp, recv.data(), ensure(gath, ECph * t), ECph * t, kTpAllGather, "dtd_allgather_dispatch");
     src = gath.data();
     S = t * e;
   }
@@ -169,14 +169,14 @@ void Trainer::Impl::capacity_experts_forward(const LayerIds& li, LayerActs& A, f
     activation_forward(R, Fe, f1, a1);
     mm(R, h, Fe, a1, P(li.efc2) + static_cast<std::size_t>(x) * Fe * h, eout + static_cast<std::size_t>(x) * R * h);
   }
-  if (cfg.expert_tp && t > 1) tp_allreduce(eout, rows_h);
+  if (cfg.expert_tp && t > 1) tp_allreduce(eout, rows_h, "tp_allreduce_expert");
   float* back = ensure(gath, rows_h);
   from_expert_major(eout, back, S);
   const float* a2a_back = etp_split ? back + static_cast<std::size_t>(ti) * ECph : back;  // DTD drop
-  collective(Coll::all_to_all, *ep, a2a_back, ensure(recv, ECph), ECph, kEpAllToAll);
+  collective(Coll::all_to_all, *ep, a2a_back, ensure(recv, ECph), ECph, kEpAllToAll, "ep_alltoall_combine");
   float* cb = ensure(A.cbuf, ECh);
   if (split) {
-    collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather);
+    collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather, "dtd_allgather_combine");
     unslice_cap(send.data(), cb);
   } else {
     ops.copy(cb, recv.data(), ECh);
@@ -215,7 +215,7 @@ void Trainer::Impl::layer_backward(int l, const float* x, LayerActs& A, float* g
   mm_at_acc(h, qkv_l, T, A.xn1.data(), gqkv, G(li.qkv));
   float* gxn1 = ensure(gtmp, Th);
   mm_bt(T, h, qkv_l, gqkv, P(li.qkv), gxn1);
-  tp_allreduce(gxn1, Th);
+  tp_allreduce(gxn1, Th, "tp_allreduce_attn");
   ln_backward(x, li.ln1_g, li.ln1_b, A.mean1.data(), A.rstd1.data(), gxn1, gln);
   add_into(Th, gln, g);
 }
@@ -264,11 +264,11 @@ void Trainer::Impl::capacity_experts_backward(const LayerIds& li, LayerActs& A, 
     slice_cap(gcb, ensure(gath, ECph));
     a2a_in = gath.data();
   }
-  collective(Coll::all_to_all, *ep, a2a_in, ensure(recv, ECph), ECph, kEpAllToAll);
+  collective(Coll::all_to_all, *ep, a2a_in, ensure(recv, ECph), ECph, kEpAllToAll, "ep_alltoall_combine");
   const float* src = recv.data();
   int S = e;
   if (etp_split) {  // backward of the DTD drop: all-gather
-    collective(Coll::all_gather, *tp, recv.data(), ensure(gath, ECph * t), ECph * t, kTpAllGather);
+    collective(Coll::all_gather, *tp, recv.data(), ensure(gath, ECph * t), ECph * t, kTpAllGather, "dtd_allgather_combine");
     src = gath.data();
     S = t * e;
   }
@@ -294,14 +294,14 @@ void Trainer::Impl::capacity_experts_backward(const LayerIds& li, LayerActs& A, 
               G(li.efc1) + static_cast<std::size_t>(x) * h * F1e);
     mm_bt(R, h, F1e, gf1.data(), w1, gein + static_cast<std::size_t>(x) * R * h);
   }
-  if (cfg.expert_tp && t > 1) tp_allreduce(gein, rows_h);
+  if (cfg.expert_tp && t > 1) tp_allreduce(gein, rows_h, "tp_allreduce_expert");
   float* back = ensure(gmoe, rows_h);
   from_expert_major(gein, back, S);
   const float* a2a_back = etp_split ? back + static_cast<std::size_t>(ti) * ECph : back;  // backward of all-gather
-  collective(Coll::all_to_all, *ep, a2a_back, ensure(recv, ECph), ECph, kEpAllToAll);
+  collective(Coll::all_to_all, *ep, a2a_back, ensure(recv, ECph), ECph, kEpAllToAll, "ep_alltoall_dispatch");
   float* gdb = ensure(gw, ECh);
   if (split) {  // backward of the DTD slice: all-gather
-    collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather);
+    collective(Coll::all_gather, *tp, recv.data(), ensure(send, ECph * t), ECph * t, kTpAllGather, "dtd_allgather_dispatch");
     unslice_cap(send.data(), gdb);
   } else {
     ops.copy(gdb, recv.data(), ECh);

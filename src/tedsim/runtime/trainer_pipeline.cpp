@@ -93,13 +93,13 @@ void Trainer::Impl::send_to_stage(int to_stage, const float* data, std::size_t c
   ops.copy(buf, data, count);
   ops.fence();
   m.ticket = pipe->send(buf, count, Dtype::fp32, to_stage);
-  phase[kPpP2p] += now_s() - t0;
+  charge(kPpP2p, to_stage > stage ? "p2p_send_activation" : "p2p_send_gradient", t0, now_s());
 }
 
 void Trainer::Impl::receive_from_stage(int from_stage, float* data, std::size_t count) {
   const double t0 = clock();
   pipe->recv(data, count, Dtype::fp32, from_stage);
-  phase[kPpBubble] += now_s() - t0;
+  charge(kPpBubble, "pipeline bubble", t0, now_s());
 }
 
 std::array<double, 3> Trainer::Impl::run_pipeline(std::int64_t it, bool backward) {
@@ -165,7 +165,7 @@ std::array<double, 3> Trainer::Impl::run_pipeline(std::int64_t it, bool backward
   const double t0 = clock();
   pipe->wait_sends();
   outgoing.clear();
-  phase[kPpP2p] += now_s() - t0;
+  charge(kPpP2p, "wait for p2p", t0, now_s());
   sums[0] = sums[1] + opt.aux_loss_coef * sums[2];
   return sums;
 }
@@ -178,7 +178,7 @@ void Trainer::Impl::sync_tied_embedding() {
   const double t0 = clock();
   tied->all_reduce(G(id), G(id), store.info(id).numel, Dtype::fp32);
   tied->wait();
-  phase[kDpGradSync] += now_s() - t0;
+  charge(kDpGradSync, "tied_embedding_allreduce", t0, now_s());
 }
 
 }  // namespace tedsim::runtime

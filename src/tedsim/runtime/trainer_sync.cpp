@@ -26,7 +26,7 @@ void Trainer::Impl::sync_and_update() {
       else
         comm.all_reduce(g.data(), g.data(), total, Dtype::fp32);
       comm.wait();
-      phase[kDpGradSync] += now_s() - t0;
+      charge(kDpGradSync, expert ? "grad_sync_expert" : "grad_sync_nonexpert", t0, now_s());
     }
     t0 = clock();
     const std::size_t tile = expert && cfg.tiled_optimizer ? std::max<std::size_t>(opt.optimizer_tile, 1) : count;
@@ -34,12 +34,12 @@ void Trainer::Impl::sync_and_update() {
       const std::size_t len = std::min(tile, count - i);
       ops.adam_step(len, ac, adam_step, p.data() + off + i, g.data() + off + i, m.data() + i, v.data() + i);
     }
-    phase[kOptimizer] += clock() - t0;
+    charge(kOptimizer, "adam_step", t0, clock());
     if (sharded) {
       t0 = clock();
       comm.all_gather(p.data() + off, p.data(), count, Dtype::fp32);
       comm.wait();
-      phase[kDpGradSync] += now_s() - t0;
+      charge(kDpGradSync, "zero_param_allgather", t0, now_s());
     }
   }
 }

@@ -1,0 +1,45 @@
+#!/bin/bash
+# validate --trace and --trace-predicted on 2 ranks (expert all-to-all, ZeRO-1 gradient sync):
+# both files parse as Chrome trace events; the measured one has a process per rank, each with
+# slices that tile its iteration; every measured name but the "compute" filler is one the
+# prediction uses, and every collective the prediction names is measured.
+#   validate_trace.sh TEDSIM MPIRUN DIR
+set -uo pipefail
+TEDSIM=$1 MPIRUN=$2 DIR=$3
+mkdir -p "$DIR"
+"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --tp 1 --ep 2 --global-batch 8 \
+  --warmup 1 --iters 3 --trace "$DIR/measured.json" --trace-predicted "$DIR/predicted.json" > "$DIR/validate.log" 2>&1 ||
+  { echo "FAIL: validate exited $?"; cat "$DIR/validate.log"; exit 1; }
+python3 - "$DIR/measured.json" "$DIR/predicted.json" <<'PY'
+import json, sys
+def slices(path):
+    doc = json.load(open(path))
+    events = doc["traceEvents"]
+    for e in events:
+        assert e["ph"] in ("X", "M"), e
+        assert isinstance(e["pid"], int) and isinstance(e["name"], str), e
+        if e["ph"] == "X":
+            assert e["dur"] >= 0 and e["ts"] >= 0, e
+    return events, [e for e in events if e["ph"] == "X"]
+m_all, measured = slices(sys.argv[1])
+p_all, predicted = slices(sys.argv[2])
+ranks = sorted({e["pid"] for e in measured})
+assert ranks == [0, 1], f"processes {ranks}, expected one per rank"
+names = {e["pid"]: e["args"]["name"] for e in m_all if e["name"] == "process_name"}
+assert sorted(names) == ranks and all("rank" in n for n in names.values()), names
+for r in ranks:  # slices tile the iteration: each starts where the last ended
+    mine = sorted((e for e in measured if e["pid"] == r), key=lambda e: e["ts"])
+    for a, b in zip(mine, mine[1:]):
+        assert b["ts"] >= a["ts"] + a["dur"] - 1e-3, (a, b)
+measured_names = {e["name"] for e in measured}
+predicted_names = {e["name"] for e in predicted}
+extra = measured_names - predicted_names - {"compute"}
+assert not extra, f"measured slices the prediction does not name: {sorted(extra)}"
+collectives = {e["name"] for e in predicted if e["cat"] in ("ep_alltoall", "tp_allreduce", "tp_allgather")}
+collectives |= {e["name"] for e in predicted if e["cat"] == "dp_grad_sync" and not e["name"].startswith("wait")}
+missing = collectives - measured_names
+assert not missing, f"collectives the prediction names but the measured trace lacks: {sorted(missing)}"
+assert {"ep_alltoall_dispatch", "ep_alltoall_combine", "grad_sync_nonexpert"} <= measured_names, sorted(measured_names)
+print(f"ok: {len(measured)} measured slices on {len(ranks)} ranks, {len(predicted)} predicted; "
+      f"shared names {sorted(measured_names & predicted_names)}")
+PY
