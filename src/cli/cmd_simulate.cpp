@@ -42,7 +42,7 @@ int run_simulate(const SimulateOptions& o) {
   const ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
   const Evaluator evaluator(in.model, in.topology, *in.profile);
   TraceRecorder trace;
-  const bool record = !o.trace.empty() || !o.in.json.empty() || !o.in.html.empty();
+  const bool record = !o.trace.empty() || !o.in.html.empty();
   const Prediction p = evaluator.evaluate(c, record ? &trace : nullptr);
   print_prediction(out, p);
   print_profile_warnings(out, *in.profile);
@@ -57,7 +57,8 @@ int run_simulate(const SimulateOptions& o) {
     nlohmann::json doc = prediction_json(p, in.model);
     doc["kind"] = "simulate";
     if (far_share >= 0) doc["profile_far_share"] = far_share;  // of the iteration, on far extrapolations
-    doc["timeline"] = timeline_json(trace);
+    // The timeline is for the HTML page (thousands of events); --trace FILE writes it for tools.
+    if (!o.in.html.empty()) doc["timeline"] = timeline_json(trace);
     write_results(o.in, doc, in, out);
   }
   return 0;

@@ -205,8 +205,9 @@ void write_results(const InputOptions& o, nlohmann::json doc, const Inputs& in, 
   doc["model"] = in.model.name;
   doc["topology"] = in.topology.name;
   doc["profile"] = in.profile->describe();
-  if (!o.json.empty()) write_json(o.json, doc);
   if (!o.html.empty()) write_html_result(o.html, doc, "tedsim " + doc.value("kind", std::string("result")), out);
+  doc.erase("timeline");  // the page's; --trace FILE writes it for tools
+  if (!o.json.empty()) write_json(o.json, doc);
 }
 
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s) {

@@ -2,6 +2,8 @@
 
 #include "tedsim/report/vega_library.hpp"
 
+#include <cstdlib>
+
 namespace tedsim {
 namespace {
 
@@ -12,7 +14,7 @@ h3{font-size:15px;margin-top:20px}p{line-height:1.45}
 pre{background:#f5f6f8;padding:10px;white-space:pre-wrap;font-size:12px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #dde1e8;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f0f2f5;cursor:pointer;user-select:none}th:first-child,td:first-child{text-align:left}
+th{background:#f0f2f5;cursor:pointer;user-select:none}th:first-child,td:first-child,td.text{text-align:left}
 tbody tr:nth-child(even){background:#fafbfc}
 figure{margin:14px 0 22px 0}figcaption,.caption{font-size:12px;color:#4a5263;margin-top:4px}
 </style>
@@ -61,6 +63,14 @@ const char* kRuntime = R"(<script>
 )";
 
 // JSON inside <script>: "</" would end the element; "<\/" is the same JSON string.
+// Numbers align right, words left.
+bool is_number(const std::string& cell) {
+  if (cell.empty()) return true;
+  char* end = nullptr;
+  std::strtod(cell.c_str(), &end);
+  return end && *end == '\0';
+}
+
 std::string script_safe_json(const nlohmann::json& j) {
   std::string text = j.dump();
   for (std::size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3) text.replace(at, 2, "<\\/");
@@ -103,7 +113,7 @@ void HtmlPage::table(const std::vector<std::string>& header, const std::vector<s
   body_ += "</tr></thead><tbody>\n";
   for (const auto& row : rows) {
     body_ += "<tr>";
-    for (const std::string& cell : row) body_ += "<td>" + html_escape(cell) + "</td>";
+    for (const std::string& cell : row) body_ += (is_number(cell) ? "<td>" : "<td class=\"text\">") + html_escape(cell) + "</td>";
     body_ += "</tr>\n";
   }
   body_ += "</tbody></table><figcaption>" + html_escape(caption) + " (click a header to sort)</figcaption></figure>\n";

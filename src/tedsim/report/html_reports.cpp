@@ -21,6 +21,12 @@ constexpr double kGiBytes = 1024.0 * 1024.0 * 1024.0;
 constexpr std::size_t kMaxScatterPoints = 6000;  // beyond this the page slows; the front is always kept
 constexpr std::size_t kMaxTimelineEvents = 20000;
 
+// The cost model's phases and memory parts in their order: each keeps one colour on every chart.
+const std::vector<std::string> kPhases = {"compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync",
+                                          "optimizer", "other", "pp_bubble", "pp_p2p"};
+const std::vector<std::string> kMemoryParts = {"weights", "grads", "optimizer", "activations", "moe_buffers",
+                                               "cac_stash", "pipeline_buffers", "optimizer_spike"};
+
 std::string num(double v, int precision) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", precision, v);
@@ -65,9 +71,8 @@ json breakdown_rows(const json& breakdown, const std::string& bar, double scale)
 
 json memory_rows(const json& memory, const std::string& bar) {
   json rows = json::array();
-  for (const char* part : {"weights", "grads", "optimizer", "activations", "moe_buffers", "cac_stash", "pipeline_buffers",
-                           "optimizer_spike"}) {
-    const double gib = number(memory, (std::string(part) + "_gib").c_str());
+  for (const std::string& part : kMemoryParts) {
+    const double gib = number(memory, (part + "_gib").c_str());
     if (gib > 0) rows.push_back({{"bar", bar}, {"part", part}, {"value", gib}});
   }
   return rows;
@@ -80,6 +85,7 @@ void append(json& rows, const json& more) {
 StackedBars bars(std::string value_title, std::string bar_title, std::string part_title, double limit = 0,
                  std::string limit_label = "") {
   StackedBars b;
+  b.colour_domain = part_title == "phase" ? kPhases : kMemoryParts;
   b.value_title = std::move(value_title);
   b.bar_title = std::move(bar_title);
   b.part_title = std::move(part_title);
@@ -140,7 +146,8 @@ void timeline_plot(HtmlPage& page, const json& timeline) {
     events.push_back({{"lane", text(e, "lane")}, {"start", start}, {"end", end}, {"name", text(e, "name")},
                       {"colour", text(e, "phase")}});
   }
-  page.plot(timeline_chart(events, {"time in the iteration (ms)", "stream", "phase"}),
+  Timeline options{"time in the iteration (ms)", "stream", "phase", kPhases};
+  page.plot(timeline_chart(events, options),
             "The simulated iteration: every operation on its stream (hover for its name)" +
                 std::string(timeline.size() > kMaxTimelineEvents
                                 ? "; the first " + std::to_string(kMaxTimelineEvents) + " of " + std::to_string(timeline.size()) + " events"
@@ -154,7 +161,11 @@ void simulate_section(HtmlPage& page, const json& p) {
   prediction_summary(page, p);
   breakdown_plot(page, p);
   memory_plot(page, p);
-  timeline_plot(page, p.value("timeline", json::array()));
+  if (p.contains("timeline"))
+    timeline_plot(page, p["timeline"]);
+  else
+    page.paragraph("The timeline is drawn by simulate --html (saved --json results leave it out; simulate --trace FILE "
+                   "writes it for ui.perfetto.dev).");
 }
 
 // ---- search ---------------------------------------------------------------------------------

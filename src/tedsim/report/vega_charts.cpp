@@ -26,6 +26,27 @@ json legend(const std::string& title) {
   return {{"fill", "colour"}, {"title", title}, {"orient", "right"}, {"labelLimit", 320}};
 }
 
+// The colour scale over `field` of `data`: a fixed domain when given (the legend then lists only
+// the values present), else the values as they come.
+json colour_scale(const std::vector<std::string>& domain, const char* data, const char* field) {
+  if (domain.empty())
+    return {{"name", "colour"}, {"type", "ordinal"}, {"domain", {{"data", data}, {"field", field}}}, {"range", "category"}};
+  return {{"name", "colour"}, {"type", "ordinal"}, {"domain", domain}, {"range", "category"}};
+}
+
+json legend_of(const std::string& title, const std::vector<std::string>& domain, const json& rows, const char* field) {
+  json l = legend(title);
+  if (domain.empty()) return l;
+  std::set<std::string> present;
+  for (const json& r : rows)
+    if (r.contains(field) && r[field].is_string()) present.insert(r[field].get<std::string>());
+  json values = json::array();
+  for (const std::string& d : domain)
+    if (present.count(d)) values.push_back(d);
+  l["values"] = values;
+  return l;
+}
+
 }  // namespace
 
 json stacked_bars_chart(const json& rows, const StackedBars& o) {
@@ -85,10 +106,9 @@ json stacked_bars_chart(const json& rows, const StackedBars& o) {
            json::array({{{"name", "y"}, {"type", "band"}, {"domain", {{"data", "rows"}, {"field", "bar"}}}, {"range", "height"},
                          {"padding", 0.25}},
                         {{"name", "x"}, {"type", "linear"}, {"domain", x_domain}, {"range", "width"}, {"nice", true}, {"zero", true}},
-                        {{"name", "colour"}, {"type", "ordinal"}, {"domain", {{"data", "rows"}, {"field", "part"}}},
-                         {"range", "category"}}})},
+                        colour_scale(o.colour_domain, "rows", "part")})},
           {"axes", json::array({axis("bottom", "x", o.value_title), axis("left", "y", o.bar_title, {{"grid", false}, {"labelLimit", 340}})})},
-          {"legends", json::array({legend(o.part_title)})},
+          {"legends", json::array({legend_of(o.part_title, o.colour_domain, rows, "part")})},
           {"marks", marks}};
 }
 
@@ -265,10 +285,9 @@ json timeline_chart(const json& events, const Timeline& o) {
                          {"domain", {{"fields", json::array({{{"data", "events"}, {"field", "start"}},
                                                              {{"data", "events"}, {"field", "end"}}})}}},
                          {"range", "width"}, {"zero", true}},
-                        {{"name", "colour"}, {"type", "ordinal"}, {"domain", {{"data", "events"}, {"field", "colour"}, {"sort", true}}},
-                         {"range", "category"}}})},
+                        colour_scale(o.colour_domain, "events", "colour")})},
           {"axes", json::array({axis("bottom", "x", o.time_title), axis("left", "y", o.lane_title, {{"grid", false}, {"labelLimit", 240}})})},
-          {"legends", json::array({legend(o.colour_title)})},
+          {"legends", json::array({legend_of(o.colour_title, o.colour_domain, events, "colour")})},
           {"marks",
            json::array({{{"type", "rect"},
                          {"from", {{"data", "events"}}},

@@ -14,6 +14,9 @@ struct StackedBars {
   std::string value_title, bar_title, part_title;
   double limit = 0;
   std::string limit_label;
+  // Every part in a fixed order, so a part keeps its colour from chart to chart (e.g. the phases);
+  // empty: the parts present, as they come.
+  std::vector<std::string> colour_domain;
 };
 nlohmann::json stacked_bars_chart(const nlohmann::json& rows, const StackedBars& options);
 
@@ -45,6 +48,7 @@ nlohmann::json line_chart(const nlohmann::json& points, const Lines& options);
 // A timeline: one lane per row, each event a bar from start to end: [{lane, start, end, name, colour}].
 struct Timeline {
   std::string time_title, lane_title, colour_title;
+  std::vector<std::string> colour_domain;  // as StackedBars::colour_domain
 };
 nlohmann::json timeline_chart(const nlohmann::json& events, const Timeline& options);
 
