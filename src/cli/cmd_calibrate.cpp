@@ -87,12 +87,12 @@ void register_calibrate(CLI::App& app, Action& action) {
   cmd->add_option("--gpus", o->gpus, "cluster size the GEMM/kernel shapes are derived for (default: MPI world size)");
   cmd->add_option("--global-batch", o->global_batch, "sequences per iteration (default: 8 per device)");
   cmd->add_option("--seq", o->seq, "sequence length (default: the model's)");
-  cmd->add_flag("--quick", o->quick, "few shapes and sizes, few repetitions (a minute on a CPU)");
+  cmd->add_flag("--quick", o->quick, "the same shapes and sizes, fewer repetitions (collectives up to twice the model's largest message)");
   cmd->add_flag("--grid", o->grid, "measure a generic grid of GEMM shapes and kernel sizes instead of the model's (collectives still follow the TED groups of this world)");
   cmd->add_option("--out", o->out, "profile file to write (JSON); progress is kept in FILE.partial")->required();
   cmd->add_option("--min-bytes", o->min_bytes, "smallest collective size (default 1024)");
-  cmd->add_option("--max-bytes", o->max_bytes, "largest collective size (default 64 MiB, quick 1 MiB)");
-  cmd->add_option("--step-factor", o->step_factor, "collective size multiplier per step (default 2, quick 8)");
+  cmd->add_option("--max-bytes", o->max_bytes, "largest collective size (default 64 MiB; quick: twice the model's largest message)");
+  cmd->add_option("--step-factor", o->step_factor, "collective size multiplier per step (default 2)");
   cmd->add_option("--reps", o->reps, "timed repetitions per point (default 20, quick 5)");
   cmd->add_option("--warmup", o->warmup, "untimed repetitions first (default 2, quick 1)");
   add_watchdog_options(*cmd, o->watchdog);

@@ -30,6 +30,8 @@ grep -q "% of the predicted iteration (.*) rests on lookups more than 4x outside
 if grep -q "rests on lookups more than" <<< "$same"; then echo "a far-extrapolation share for the calibrated model"; exit 1; fi
 share=$("$tedsim" simulate --model cpu-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --profile "$profile" \
   --json - 2>/dev/null | python3 -c "import json, sys; print(json.load(sys.stdin)['profile_far_share'])")
-python3 -c "import sys; s = float(sys.argv[1]); assert 0.2 < s < 1, s" "$share" ||
+# (A quick profile measures every size tiny-moe sends, so cpu-moe's larger messages are what
+# lies far outside it: about a tenth of its iteration.)
+python3 -c "import sys; s = float(sys.argv[1]); assert 0.03 < s < 1, s" "$share" ||
   { echo "profile_far_share $share out of range"; exit 1; }
 echo "far-extrapolation share: ok ($share of cpu-moe's iteration)"

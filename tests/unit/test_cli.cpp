@@ -98,11 +98,15 @@ TEST(Cli, HelpWorksEverywhere) {
   EXPECT_EQ(top.code, 0);
   EXPECT_NE(top.out.find("simulate"), std::string::npos);
   EXPECT_NE(top.out.find("search"), std::string::npos);
-  for (const char* args : {"simulate --help", "search --help"}) {
+  for (const char* args : {"simulate --help", "search --help", "scale --help"}) {
     const CommandRun r = run_tedsim(args);
     EXPECT_EQ(r.code, 0) << args;
     EXPECT_NE(r.out.find("--model"), std::string::npos) << args;
+    EXPECT_NE(r.out.find("--html"), std::string::npos) << args;
   }
+  const CommandRun report = run_tedsim("report --help");
+  EXPECT_EQ(report.code, 0);
+  EXPECT_NE(report.out.find("--html TEXT REQUIRED"), std::string::npos) << report.out;
 }
 
 }  // namespace
@@ -176,6 +180,25 @@ TEST(Cli, SearchAndValidateHelpStateTheirDefaults) {
   EXPECT_NE(v.out.find("--gpus INT=the MPI world size"), std::string::npos);
   EXPECT_EQ(help_default(v.out, "--dtd"), "on");
   EXPECT_EQ(v.out.find("{false}"), std::string::npos);
+}
+
+TEST(Cli, ScaleHelpStatesItsDefaults) {
+  const CommandRun help = run_tedsim("scale --help");
+  ASSERT_EQ(help.code, 0);
+  const CommandRun bare = run_tedsim("scale --model tiny-moe --topology local-cpu --threads 1 --json -");
+  ASSERT_EQ(bare.code, 0) << bare.out;
+  const nlohmann::json j = nlohmann::json::parse(bare.out);
+  std::vector<int> sizes;
+  for (const auto& s : j["sizes"]) sizes.push_back(s["gpus"].get<int>());
+  std::string listed = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) listed += (i ? "," : "") + std::to_string(sizes[i]);
+  EXPECT_EQ(help_default(help.out, "--gpus"), listed + "]");
+  EXPECT_EQ(help_default(help.out, "--global-batch"), j["global_batch"].dump());
+  for (const auto& s : j["sizes"]) {
+    ASSERT_FALSE(s["best"].is_null()) << s.dump();
+    EXPECT_EQ(s["best"]["config"]["gpus"], s["gpus"]);
+    EXPECT_GT(s["best"]["tokens_per_s"].get<double>(), 0);
+  }
 }
 
 TEST(Cli, SearchThreadsGiveTheSameRanking) {

@@ -44,6 +44,33 @@ TEST(Search, SameBestAsSimulatingEveryConfiguration) {
   expect_same_best_as_brute_force("mixtral-8x7b", "dgx-h100", 64, 256);
 }
 
+// With every_point (the HTML scatter), each feasible configuration is there once, in enumeration
+// order, with its full prediction (no pruning bound), and the ranking is unchanged.
+TEST(Search, EveryPointIsTheFullPredictionOfAFeasibleConfiguration) {
+  test::Bench bench(test::model("tiny-moe"), "local-cpu");
+  SearchSpace space;
+  space.gpus = 8;
+  space.global_batch = 32;
+  const SearchResult ranked = run_search(bench.evaluator, space, 5);
+  const SearchResult r = run_search(bench.evaluator, space, 5, {}, 2, true);
+  ASSERT_EQ(r.top.size(), ranked.top.size());
+  for (std::size_t i = 0; i < r.top.size(); ++i) EXPECT_EQ(r.top[i].config.describe(), ranked.top[i].config.describe());
+  std::size_t next = 0;
+  for (const ParallelConfig& c : enumerate_configs(bench.m, space)) {
+    const Prediction p = bench.evaluator.evaluate(c);
+    if (!p.fits()) continue;
+    ASSERT_LT(next, r.points.size());
+    const PlanPoint& point = r.points[next++];
+    EXPECT_EQ(point.config.describe() + " zero" + std::to_string(point.config.zero),
+              c.describe() + " zero" + std::to_string(c.zero));
+    EXPECT_DOUBLE_EQ(point.tokens_per_s, p.tokens_per_s);
+    EXPECT_DOUBLE_EQ(point.peak_bytes, p.memory.peak);
+  }
+  EXPECT_EQ(next, r.points.size());
+  EXPECT_EQ(static_cast<long long>(r.points.size()), r.feasible);
+  EXPECT_TRUE(ranked.points.empty());
+}
+
 TEST(Search, IsDeterministic) {
   test::Bench bench(test::model("ted-2.7b"), "thetagpu");
   SearchSpace space;
@@ -101,6 +128,8 @@ TEST(Search, ExplainsEachChoiceWithTheBestPlanWithoutIt) {
     const SearchResult r = run_search(bench.evaluator, space, 3, {}, 2);
     ASSERT_FALSE(r.top.empty());
     const std::vector<ParallelConfig> configs = enumerate_configs(bench.m, space);
+    std::vector<Prediction> predictions;  // every configuration once, for all the knobs below
+    for (const ParallelConfig& c : configs) predictions.push_back(bench.evaluator.evaluate(c));
     int explained = 0;
     for (int k = 0; k < kKnobCount; ++k) {
       if (!knob_on(r.top.front().config, Knob(k))) {
@@ -109,12 +138,12 @@ TEST(Search, ExplainsEachChoiceWithTheBestPlanWithoutIt) {
       }
       double best = 0;
       std::string best_config;
-      for (const ParallelConfig& c : configs) {
-        if (knob_on(c, Knob(k))) continue;
-        const Prediction p = bench.evaluator.evaluate(c);
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        if (knob_on(configs[i], Knob(k))) continue;
+        const Prediction& p = predictions[i];
         if (p.fits() && p.tokens_per_s > best) {
           best = p.tokens_per_s;
-          best_config = c.describe();
+          best_config = configs[i].describe();
         }
       }
       ASSERT_TRUE(r.without[std::size_t(k)].has_value() == (best > 0)) << knob_name(Knob(k));

@@ -37,7 +37,8 @@ class RecordingProfile final : public Profile {
     (void)d;
     return 1e-6;
   }
-  double collective_seconds(CollectiveOp, const GroupSpan&, double) const override {
+  double collective_seconds(CollectiveOp, const GroupSpan& span, double bytes) const override {
+    if (span.ranks > 1) largest_collective = std::max(largest_collective, bytes);
     return 1e-6;
   }
   double p2p_seconds(const GroupSpan&, double) const override { return 1e-6; }
@@ -45,6 +46,7 @@ class RecordingProfile final : public Profile {
 
   mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> gemms;
   mutable std::map<int, std::pair<double, double>> kernel_range;
+  mutable double largest_collective = 0;  // bytes of the largest message any workload sends
 
 };
 
@@ -121,14 +123,15 @@ void require_block_placement(const std::vector<std::string>& host_of_rank) {
   }
 }
 
+// Quick calibration measures the same shapes and sizes as a full one, with fewer repetitions
+// (calibrate.cpp): a quick profile must predict the job it was made for. Two things stay bounded:
+// GEMMs above the FLOP cap (extrapolated from the largest measured, where efficiency is flat) and
+// collectives above twice the largest message the model's workloads send.
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& o) {
   Sweep sweep;
   sweep.min_bytes = o.min_bytes > 0 ? o.min_bytes : 1024;
-  sweep.max_bytes = o.max_bytes > 0 ? o.max_bytes : (o.quick ? (1 << 20) : (64 << 20));
-  sweep.step_factor = o.step_factor > 0 ? o.step_factor : (o.quick ? 8.0 : 2.0);
-  if (sweep.min_bytes > sweep.max_bytes)
-    throw InputError("--min-bytes " + std::to_string(sweep.min_bytes) + " is above --max-bytes " +
-                     std::to_string(sweep.max_bytes));
+  sweep.max_bytes = o.max_bytes > 0 ? o.max_bytes : (64 << 20);
+  sweep.step_factor = o.step_factor > 0 ? o.step_factor : 2.0;
   if (sweep.step_factor <= 1.0) throw InputError("--step-factor: expected a factor > 1");
 
   // 1. GEMM shapes and kernel sizes of every configuration search would enumerate for the cluster,
@@ -142,13 +145,13 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   RecordingProfile rec;
   std::set<std::tuple<int, int, int, bool, bool, int, bool>> seen;  // configurations with the same shapes
   for (ParallelConfig c : configs) {
-    if (c.micro_batch > (o.quick ? 1 : 4)) continue;
+    if (c.micro_batch > 4) continue;
     // Pipeline degree and recompute change no shape; sequence parallelism changes the router's.
     if (!seen.insert({c.tp, c.ep, c.micro_batch, c.dtd, c.expert_tp, int(c.layout), c.sequence_parallel}).second) continue;
     c.zero = 1;
-    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
-    const Workload w = build_workload(model, c, rec, compute_group_spans(layout, topology));
-    (void)w;
+    // The whole prediction, not only the workload: the timeline asks for the gradient buckets'
+    // collectives, the largest messages a job sends.
+    (void)Evaluator(model, topology, rec).evaluate(c);
     ++sweep.configs;
   }
   // Distinct shapes, capped: one per bucket (the first seen), then evenly over FLOPs.
@@ -166,7 +169,7 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
     shapes.push_back(g);
   }
   std::sort(shapes.begin(), shapes.end(), [](const GemmShape& a, const GemmShape& b) { return a.flops() < b.flops(); });
-  const std::size_t cap = o.quick ? 12 : 64;
+  const std::size_t cap = 64;
   if (shapes.size() > cap) {
     std::vector<GemmShape> kept;
     for (std::size_t i = 0; i < cap; ++i) kept.push_back(shapes[i * (shapes.size() - 1) / (cap - 1)]);
@@ -177,12 +180,22 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
 
   // Kernel sizes: log-spaced over the range the workloads ask about (half the smallest to twice
   // the largest), factor 4 (16 quick), capped at what a device streams in well under a second.
-  const double kernel_cap = o.gpu ? 4.0 * kGiB : (o.quick ? 32.0 * kMiB : 256.0 * kMiB);
+  const double kernel_cap = o.gpu ? 4.0 * kGiB : 256.0 * kMiB;
   for (const auto& [kind, range] : rec.kernel_range) {
     double lo = std::max(4096.0, range.first / 2), hi = std::max(lo, std::min(kernel_cap, range.second * 2));
     if (o.grid) lo = 4096.0, hi = kernel_cap;  // every size a device streams in well under a second
-    for (double b : log_sweep(lo, hi, o.quick ? 16.0 : 4.0)) sweep.kernels.push_back({KernelKind(kind), b});
+    for (double b : log_sweep(lo, hi, 4.0)) sweep.kernels.push_back({KernelKind(kind), b});
   }
+  // Quick: collectives up to twice the largest message the workloads send (a power of two), not
+  // the generic 64 MiB; --max-bytes decides when given.
+  if (o.quick && o.max_bytes <= 0 && rec.largest_collective > 0) {
+    std::int64_t cap_bytes = 64 << 10;
+    while (cap_bytes < std::int64_t(2 * rec.largest_collective) && cap_bytes < (64 << 20)) cap_bytes *= 2;
+    sweep.max_bytes = cap_bytes;
+  }
+  if (sweep.min_bytes > sweep.max_bytes)
+    throw InputError("--min-bytes " + std::to_string(sweep.min_bytes) + " is above --max-bytes " +
+                     std::to_string(sweep.max_bytes));
 
   // 2. Collectives: the group shapes of every (t, e, layout, expert TP) on this world, as placed
   //    (ranks_per_node from the real host placement, not the topology's devices_per_node).

@@ -115,7 +115,7 @@ void breakdown_plot(HtmlPage& page, const json& p) {
   json rows = breakdown_rows(p.value("breakdown_s", json::object()), "exposed", 1e3);
   append(rows, breakdown_rows(p.value("busy_s", json::object()), "busy", 1e3));
   if (rows.empty()) return;
-  page.plot(stacked_bars_chart(rows, bars("time per iteration (ms)", "", "phase")),
+  page.plot(stacked_bars_chart(rows, bars("time per iteration (ms)", "time counted", "phase")),
             "Where the iteration goes: exposed time per phase (what the iteration waits for; sums to the iteration) "
             "and busy time (everything each phase runs, hidden or not).");
 }
@@ -131,7 +131,7 @@ void memory_plot(HtmlPage& page, const json& p) {
   }
   if (rows.empty()) return;
   const double capacity = number(p.value("memory", json::object()), "capacity_gib");
-  page.plot(stacked_bars_chart(rows, bars("memory per device (GiB)", stages.size() > 1 ? "pipeline stage" : "", "part",
+  page.plot(stacked_bars_chart(rows, bars("memory per device (GiB)", stages.size() > 1 ? "pipeline stage" : "device", "part",
                                       capacity, "usable device memory " + num(capacity, 1) + " GiB")),
             stages.size() > 1 ? "Memory per device on each pipeline stage by part, against the usable device memory."
                               : "Memory per device by part at its peak, against the usable device memory.");
@@ -279,7 +279,7 @@ void validate_section(HtmlPage& page, const json& doc) {
   rows.push_back({{"category", "iteration"}, {"series", "predicted"}, {"value", 1e3 * p_iter}});
   rows.push_back({{"category", "iteration"}, {"series", "measured"}, {"value", 1e3 * m_iter}});
   table.push_back({"iteration", num(1e3 * p_iter, 3), num(1e3 * m_iter, 3), m_iter > 0 ? num(100 * (p_iter - m_iter) / m_iter, 1) : "n/a"});
-  page.plot(grouped_bars_chart(rows, {"phase", "time per iteration (ms)", ""}),
+  page.plot(grouped_bars_chart(rows, {"phase", "time per iteration (ms)", "time"}),
             "Predicted against measured time per phase (measured: mean over ranks, median over iterations) and for the "
             "iteration (the slowest rank's).");
   page.table({"phase", "predicted ms", "measured ms", "error %"}, table, "Predicted against measured, phase by phase");
@@ -293,7 +293,8 @@ void validate_section(HtmlPage& page, const json& doc) {
       points.push_back({{"x", i}, {"y", 1e3 * t.get<double>()}, {"series", "measured iteration"},
                         {"label", "iteration " + std::to_string(i) + ": " + num(1e3 * t.get<double>(), 3) + " ms"}});
     }
-    Lines lines{"measured iteration (after " + text(spread, "warmup", "0") + " warm-up)", "iteration time (ms)", ""};
+    Lines lines{"measured iteration (after " + text(spread, "warmup", "0") + " warm-up)", "iteration time (ms)", "series"};
+    lines.x_integer = true;
     lines.references = json::array({{{"y", 1e3 * p_iter}, {"label", "predicted " + num(1e3 * p_iter, 2) + " ms"}},
                                     {{"y", 1e3 * number(spread, "median")}, {"label", "measured median"}}});
     page.plot(line_chart(points, lines),
@@ -307,7 +308,7 @@ void validate_section(HtmlPage& page, const json& doc) {
                             {{"category", "peak of the step's tensors"}, {"series", "measured"}, {"value", mm / mib}}});
     if (number(meas, "max_rss_bytes") > 0)
       mem.push_back({{"category", "process max RSS"}, {"series", "measured"}, {"value", number(meas, "max_rss_bytes") / mib}});
-    page.plot(grouped_bars_chart(mem, {"", "memory per rank (MiB)", ""}),
+    page.plot(grouped_bars_chart(mem, {"what is counted", "memory per rank (MiB)", "memory"}),
               "Predicted against measured memory per rank: the peak of the step's own tensors (max over ranks), and the "
               "process's max RSS, which also holds MPI's buffers and the binary.");
   }
@@ -339,7 +340,7 @@ void scale_section(HtmlPage& page, const json& doc) {
   page.table({"devices", "best plan", "iter_s", "tokens/s", "tokens/s/dev", "TFLOP/s/dev", "MFU%", "peak_GiB"}, rows,
              "The best plan the search finds for each cluster size");
   if (!per_gpu.empty()) {
-    Lines lines{"devices", "throughput per device (tokens/s)", ""};
+    Lines lines{"devices", "throughput per device (tokens/s)", "series"};
     lines.x_log = true;
     lines.y_zero = true;
     page.plot(line_chart(per_gpu, lines),

@@ -266,7 +266,10 @@ json line_chart(const json& points, const Lines& o) {
                                   scale("y", o.y_log, o.y_zero, "height", y_domain),
                                   {{"name", "colour"}, {"type", "ordinal"},
                                    {"domain", {{"data", "points"}, {"field", "series"}}}, {"range", "category"}}})},
-          {"axes", json::array({axis("bottom", "x", o.x_title, o.x_log ? json{{"format", "~s"}} : json::object()),
+          {"axes", json::array({axis("bottom", "x", o.x_title,
+                                     o.x_log       ? json{{"format", "~s"}}
+                                     : o.x_integer ? json{{"tickMinStep", 1}, {"format", "d"}}
+                                                   : json::object()),
                                 axis("left", "y", o.y_title, o.y_log ? json{{"format", "~s"}} : json::object())})},
           {"legends", json::array({legend(o.series_title)})},
           {"marks", marks}};

@@ -40,7 +40,8 @@ nlohmann::json scatter_chart(const nlohmann::json& points, const nlohmann::json&
 struct Lines {
   std::string x_title, y_title, series_title;
   bool x_log = false, y_log = false;
-  bool y_zero = false;  // a linear y axis from zero (else fitted to the data)
+  bool y_zero = false;     // a linear y axis from zero (else fitted to the data)
+  bool x_integer = false;  // x counts something (iterations): whole-number ticks only
   nlohmann::json references = nlohmann::json::array();
 };
 nlohmann::json line_chart(const nlohmann::json& points, const Lines& options);
