@@ -76,9 +76,10 @@ for cfg in "$configs"/*.yaml; do
   fi
 done
 mkdir -p "$(dirname "$out")"
-python3 - "$tmp" "$out" "$profile" "$iters" "$warmup" "$configs" "$root" <<'PY'
+python3 - "$tmp" "$out" "$profile" "$iters" "$warmup" "$configs" "$root" "${#quick[@]}" <<'PY'
 import glob, json, os, sys, datetime, platform
-tmp, out, profile, iters, warmup, configs, root = sys.argv[1:8]
+tmp, out, profile, iters, warmup, configs, root, quick = sys.argv[1:9]
+quick = quick != "0"
 phases = ["compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync", "optimizer", "other", "pp_bubble", "pp_p2p"]
 tolerance = 0.15
 def ms(x): return f"{1e3 * x:.2f}"
@@ -86,8 +87,9 @@ def err(p, m):
     if m < 1e-7 and p < 1e-7: return "-"
     return "n/a" if m <= 0 else f"{100 * (p - m) / m:+.0f}%"
 rel = os.path.relpath(configs, root)
-lines = ["# CPU validation: predicted vs measured", "",
+lines = ["# CPU validation: predicted vs measured" + (", quick-calibrated profiles" if quick else ""), "",
          f"Made by `scripts/validate-cpu-matrix.sh --configs {rel}" + (f" --profile {profile}" if profile else "") +
+         (" --quick-calibration" if quick else "") +
          f" --iters {iters} --warmup {warmup}` on {platform.node()} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), "
          f"{datetime.date.today()}; {warmup} warm-up + {iters} measured iterations per configuration.", ""]
 calibrations = [l.split("|") for l in open(os.path.join(tmp, "calibrations.txt")).read().splitlines() if l]
@@ -136,7 +138,7 @@ if imbalance:
 lines += ["", f"Largest iteration error: {100 * worst:.1f}%.", "",
           "## Largest phase error of each configuration (in ms, as a share of the measured iteration)", ""] + largest
 notes = os.path.join(root, "reports", "validation-cpu-notes.md")
-if os.path.exists(notes):
+if os.path.exists(notes) and not quick:  # the notes discuss the full calibration's run
     lines += ["", open(notes).read().rstrip()]
 open(out, "w").write("\n".join(lines) + "\n")
 print(f"wrote {out}")

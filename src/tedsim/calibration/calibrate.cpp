@@ -56,6 +56,12 @@ struct Progress {
 
 }  // namespace
 
+// The change of the sentinel GEMM's time between the start and the end of a calibration above
+// which the profile is reported as measured on a machine that changed speed. On the 2-core build
+// VM the sentinel moves by up to 30% within a few seconds with nothing else running (4 runs,
+// 2026-12-02: -29%, -29%, +22%, +2%), so the limit sits above that shared-VM noise.
+constexpr double kDriftLimit = 0.35;
+
 int run_calibration(const CalibrationOptions& o) {
   std::unique_ptr<Communicator> world = make_world_communicator(o.backend);
   const bool root = world->rank() == 0;
@@ -168,6 +174,18 @@ int run_calibration(const CalibrationOptions& o) {
   // every rank makes the same choice.
   const auto measure = [&](const std::function<Timing()>& once) { return measure_steady(once, o.spread_limit); };
 
+  // A sentinel GEMM (the sweep's middle one) timed before the first point and after the last:
+  // how much the machine's speed changed while it was being measured. A profile measured while
+  // another job came and went predicts neither speed, and nothing else in it would show that.
+  const auto time_sentinel = [&]() -> double {
+    if (sweep.gemms.empty()) return 0;
+    Prepared p = bench->gemm(sweep.gemms[sweep.gemms.size() / 2].shape);
+    // A full calibration's repetitions even in a quick one: the comparison is only as good as these.
+    return measure([&] { return slowest(*world, summarize(bench->time(p, 2, 20, 0.3))); }).median_s;
+  };
+  time_sentinel();  // the process's first GEMM runs cold (page faults, thread start): not a speed
+  const double sentinel_before_s = time_sentinel();
+
   // ---- GEMMs -------------------------------------------------------------------------------
   int gemm_rows = 0, kernel_rows = 0;
   TextTable gemm_table({"m", "n", "k", "batch", "dtype", "median us", "min us", "max us", "TFLOP/s"});
@@ -263,6 +281,18 @@ int run_calibration(const CalibrationOptions& o) {
       std::cout << "calibrate: stopped after " << measured_now << " points (--stop-after); " << index << " of "
                 << sweep.points() << " in " << partial << "; re-run the same command to resume\n";
     return 0;
+  }
+  const double sentinel_after_s = time_sentinel();
+  if (sentinel_before_s > 0 && sentinel_after_s > 0) {
+    const GemmShape& g = sweep.gemms[sweep.gemms.size() / 2].shape;
+    const double drift = sentinel_after_s / sentinel_before_s - 1;
+    calib["drift"] = {{"gemm", {g.m, g.n, g.k, g.batch}}, {"before_s", sentinel_before_s}, {"after_s", sentinel_after_s},
+                      {"change", drift}};
+    if (root && std::fabs(drift) > kDriftLimit)
+      std::cout << "calibrate: WARNING: the machine's speed changed while it was measured: the sentinel GEMM " << g.m
+                << "x" << g.n << "x" << g.k << " took " << fmt(sentinel_before_s * 1e6, 1) << " us before the first point and "
+                << fmt(sentinel_after_s * 1e6, 1) << " us after the last (" << (drift > 0 ? "+" : "") << fmt(100 * drift, 0)
+                << "%); predictions from this profile describe neither speed: calibrate again when the machine is quiet\n";
   }
   on_root(*world, root, [&] {
     calib["done"] = sweep.points();
