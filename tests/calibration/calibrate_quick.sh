@@ -4,8 +4,8 @@ set -euo pipefail
 TEDSIM=$1 MPIRUN=$2 DIR=$3
 mkdir -p "$DIR"
 rm -f "$DIR/quick.json" "$DIR/quick.json.partial"
-"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" calibrate --backend cpu --quick \
-  --model tiny-moe --topology local-cpu --out "$DIR/quick.json"
+# On calibrate's defaults (tiny-moe, local-cpu, cpu), so the help's defaults can be checked below.
+"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" calibrate --quick --out "$DIR/quick.json"
 test -s "$DIR/quick.json"
 test ! -e "$DIR/quick.json.partial"
 "$TEDSIM" profile show "$DIR/quick.json" > "$DIR/show.txt"
@@ -15,9 +15,27 @@ grep -q 'all_to_all' "$DIR/show.txt"
 # Quick measures every size the model sends, with fewer repetitions: its gradient buckets (the
 # largest messages) are inside the measured collective sizes, and the sentinel GEMM timed before
 # the first point and after the last is recorded.
-python3 - "$DIR/quick.json" <<'PY'
-import json, sys
+"$TEDSIM" calibrate --help > "$DIR/help.txt"
+python3 - "$DIR/quick.json" "$DIR/help.txt" <<'PY'
+import json, re, sys
 d = json.load(open(sys.argv[1]))
+# calibrate --help states the defaults this run resolved to.
+help_text = open(sys.argv[2]).read()
+def stated(flag):
+    m = re.search(r"^  " + re.escape(flag) + r" \S+?=(\S+)", help_text, re.M)
+    return m.group(1) if m else None
+def in_words(flag, pattern):
+    line = next(l for l in help_text.splitlines() if l.startswith("  " + flag + " "))
+    return re.search(pattern, line).group(1)
+a = d["calibration"]["arguments"]
+assert stated("--backend") == a["backend"] == "cpu", (stated("--backend"), a["backend"])
+assert stated("--model") == a["model"], (stated("--model"), a["model"])
+assert stated("--topology") == a["topology"], (stated("--topology"), a["topology"])
+assert int(in_words("--reps", r"quick (\d+)")) == a["reps"], a["reps"]
+assert int(in_words("--warmup", r"quick (\d+)")) == a["warmup"], a["warmup"]
+assert int(in_words("--min-bytes", r"default (\d+)")) == a["min_bytes"], a["min_bytes"]
+assert float(in_words("--step-factor", r"default (\d+)")) == a["step_factor"], a["step_factor"]
+assert a["world"] == a["gpus"] == 2, a  # --gpus: "default: MPI world size"
 args, drift = d["calibration"]["arguments"], d["calibration"]["drift"]
 assert args["quick"] and args["reps"] == 5 and args["step_factor"] == 2, args
 assert args["max_bytes"] >= 2 * 646 * 1024, args  # twice tiny-moe's 646 KiB ZeRO gradient message at 2 ranks
