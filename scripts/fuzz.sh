@@ -61,6 +61,8 @@ while IFS= read -r line; do
 done < <(grep -v '^#' "$root/tests/bad_inputs/cases.txt" | grep -E '\| *(simulate|search|model) ' | sed 's/@DIR@/tests\/bad_inputs/g; s/@BAR@/|/g')
 printf 'simulate\n--pp\n4\n--vpp\n2\n--tp\n2\n--ep\n8\n--model\nmixtral-8x7b' > "$build/fuzz/fuzz_cli/seeds/pipeline"
 printf 'search\n--model\nhf/deepseek-v3\n--topology\nh200\n--gpus\n1024\n--threads\n1' > "$build/fuzz/fuzz_cli/seeds/hf"
+printf 'scale\n--gpus\n32,64,128\n--global-batch\n256\n--html\nscale.html' > "$build/fuzz/fuzz_cli/seeds/scale"
+printf 'report\na.json\nb.json\n--html\nboth.html' > "$build/fuzz/fuzz_cli/seeds/report"
 
 status=0
 rows=()

@@ -1,4 +1,4 @@
-// The CLI's argument parsing (simulate, search, model show): the input, split at newlines, is the
+// The CLI's argument parsing (simulate, search, model show, scale, report): the input, split at newlines, is the
 // argument list; parsing runs every option's checks and callbacks, but no command runs.
 #include <CLI/CLI.hpp>
 
@@ -32,6 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     cli::register_simulate(a, action);
     cli::register_search(a, action);
     cli::register_model(a, action);
+    cli::register_scale(a, action);
+    cli::register_report(a, action);
     return a;
   }();
   app.clear();
