@@ -127,7 +127,11 @@ int run_search_command(const SearchOptions& o) {
   table.print(out);
   for (const std::string& note : folded) out << "  " << note << " (--all shows it)\n";
   print_profile_warnings(out, *in.profile);
-  if (!r.top.empty()) print_far_lookup_share(out, in, r.top.front().config, r.top.front().sim.iteration_s);
+  std::optional<std::pair<double, double>> spread;
+  if (!r.top.empty()) {
+    print_far_lookup_share(out, in, r.top.front().config, r.top.front().sim.iteration_s);
+    spread = print_profile_spread(out, in, r.top.front().config);
+  }
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
@@ -147,6 +151,7 @@ int run_search_command(const SearchOptions& o) {
   if (!o.in.json.empty() || !o.in.html.empty()) {
     nlohmann::json doc = search_json(r, in.model);
     doc["why"] = why_lines;
+    if (spread) doc["best_iteration_time_s_range"] = {spread->first, spread->second};
     write_results(o.in, doc, in, out);
   }
   return 0;

@@ -47,6 +47,7 @@ int run_simulate(const SimulateOptions& o) {
   print_prediction(out, p);
   print_profile_warnings(out, *in.profile);
   const double far_share = print_far_lookup_share(out, in, c, p.sim.iteration_s);
+  const auto spread = print_profile_spread(out, in, c);
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   if (!o.trace.empty()) {
     trace.write_chrome_trace(o.trace, in.model.name + " " + c.describe());
@@ -57,6 +58,7 @@ int run_simulate(const SimulateOptions& o) {
     nlohmann::json doc = prediction_json(p, in.model);
     doc["kind"] = "simulate";
     if (far_share >= 0) doc["profile_far_share"] = far_share;  // of the iteration, on far extrapolations
+    if (spread) doc["iteration_time_s_range"] = {spread->first, spread->second};
     // The timeline is for the HTML page (thousands of events); --trace FILE writes it for tools.
     if (!o.in.html.empty()) doc["timeline"] = timeline_json(trace);
     write_results(o.in, doc, in, out);

@@ -162,6 +162,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   }
 
   double far_share = -1;  // of the predicted iteration, on far extrapolations of a measured profile
+  std::optional<std::pair<double, double>> spread;  // the prediction over the profile's spread
   if (root) {
     out << run.description << "\n"
         << "measured " << run.iterations << " iterations after " << run.warmup << " warm-up; iteration time is the "
@@ -177,6 +178,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     table.print(out);
     print_profile_warnings(out, *in.profile);
     far_share = print_far_lookup_share(out, in, c, pred.sim.iteration_s);
+    spread = print_profile_spread(out, in, c);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     print_profile_mismatches(out, in, o.in, JobIdentity{world->size(), to_string(backend), host});
@@ -233,6 +235,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       errors["iteration"] = rel_error_json(pred.sim.iteration_s, run.iteration.median);
       errors["memory"] = rel_error_json(pred.memory.peak, run.tensor_peak_bytes);
       doc["predicted"] = {{"iteration_time_s", pred.sim.iteration_s},
+                          {"iteration_time_s_range", spread ? nlohmann::json{spread->first, spread->second} : nlohmann::json()},
                           {"breakdown_s", phase_times_json(pred.sim.exposed)},
                           {"memory_peak_bytes", pred.memory.peak}};
       doc["measured"] = {{"iteration_time_s", run.iteration.median},

@@ -210,6 +210,20 @@ void write_results(const InputOptions& o, nlohmann::json doc, const Inputs& in, 
   if (!o.json.empty()) write_json(o.json, doc);
 }
 
+std::optional<std::pair<double, double>> print_profile_spread(std::ostream& out, const Inputs& inputs,
+                                                              const ParallelConfig& config) {
+  const auto* measured = dynamic_cast<const MeasuredProfile*>(inputs.profile.get());
+  if (!measured) return std::nullopt;
+  const auto iteration_at = [&](SpreadEnd end) {
+    const MeasuredProfile at_end(at_spread_end(measured->data(), end), inputs.topology);
+    return Evaluator(inputs.model, inputs.topology, at_end).evaluate(config).sim.iteration_s;
+  };
+  const double low = iteration_at(SpreadEnd::fastest), high = iteration_at(SpreadEnd::slowest);
+  out << "profile spread: " << human_seconds(low) << " to " << human_seconds(high)
+      << " per iteration when every measured point takes its fastest or its slowest repetition\n";
+  return std::make_pair(low, high);
+}
+
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s) {
   const auto* measured = dynamic_cast<const MeasuredProfile*>(inputs.profile.get());
   if (!measured || predicted_s <= 0) return -1;

@@ -86,6 +86,11 @@ void print_profile_mismatches(std::ostream& out, const Inputs& inputs, const Inp
 // lookups far outside the measured sizes, i.e. how much faster the prediction would be if they
 // cost nothing; printed with what they are when above 1%. Returns -1 for an analytic profile.
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s);
+// With a measured profile: the iteration of `config` when every measured point takes its fastest,
+// then its slowest repetition, printed as "profile spread: ..." and returned as (low, high) for
+// the JSON's iteration_time_s_range. Nothing (and no line) for an analytic profile.
+std::optional<std::pair<double, double>> print_profile_spread(std::ostream& out, const Inputs& inputs,
+                                                              const ParallelConfig& config);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);

@@ -13,6 +13,10 @@ m, a = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert "measured" in m["profile"], m["profile"]
 assert m["iteration_time_s"] > 0
 assert abs(m["iteration_time_s"] - a["iteration_time_s"]) > 1e-9, "measured profile gave the analytic answer"
+# The prediction over the profile's spread brackets it; an analytic profile has no spread.
+low, high = m["iteration_time_s_range"]
+assert 0 < low <= m["iteration_time_s"] <= high and low < high, (low, m["iteration_time_s"], high)
+assert "iteration_time_s_range" not in a, a.get("iteration_time_s_range")
 print("measured", m["iteration_time_s"], "analytic", a["iteration_time_s"])
 PY
 "$tedsim" search --model tiny-moe --topology local-cpu --gpus 2 --global-batch 8 --top 3 --profile "$profile" | tail -4

@@ -145,6 +145,27 @@ TEST(MeasuredProfileLookup, BetweenTwoSizesIsLogLogInterpolated) {
   EXPECT_TRUE(c.warnings().empty());
 }
 
+// A profile at either end of the spread answers each measured point with its fastest or slowest
+// repetition, and the interpolation between points follows.
+TEST(MeasuredProfileLookup, SpreadEndsAnswerWithTheFastestAndSlowestRepetitions) {
+  ProfileData d = sample_data();
+  d.kernels = {{KernelKind::gating, Dtype::fp32, 1 << 20, timing(1e-4)}, {KernelKind::gating, Dtype::fp32, 4 << 20, timing(9e-4)}};
+  const MeasuredProfile median(d, local_cpu());
+  const MeasuredProfile fastest(at_spread_end(d, SpreadEnd::fastest), local_cpu());
+  const MeasuredProfile slowest(at_spread_end(d, SpreadEnd::slowest), local_cpu());
+  EXPECT_DOUBLE_EQ(fastest.kernel_seconds(KernelKind::gating, 1 << 20, Dtype::fp32), 0.9e-4);
+  EXPECT_DOUBLE_EQ(slowest.kernel_seconds(KernelKind::gating, 1 << 20, Dtype::fp32), 1.25e-4);
+  const double mid = median.kernel_seconds(KernelKind::gating, 2 << 20, Dtype::fp32);
+  EXPECT_NEAR(fastest.kernel_seconds(KernelKind::gating, 2 << 20, Dtype::fp32), 0.9 * mid, 1e-12);
+  EXPECT_NEAR(slowest.kernel_seconds(KernelKind::gating, 2 << 20, Dtype::fp32), 1.25 * mid, 1e-12);
+  const GemmShape g = d.gemms.front().shape;
+  EXPECT_DOUBLE_EQ(fastest.gemm_seconds(g), d.gemms.front().seconds.min_s);
+  EXPECT_DOUBLE_EQ(slowest.gemm_seconds(g), d.gemms.front().seconds.max_s);
+  const CollectivePoint& c = d.collectives.front();
+  EXPECT_DOUBLE_EQ(fastest.collective_seconds(c.op, c.span, c.bytes), c.seconds.min_s);
+  EXPECT_DOUBLE_EQ(slowest.collective_seconds(c.op, c.span, c.bytes), c.seconds.max_s);
+}
+
 TEST(MeasuredProfileLookup, BeyondTheRangeUsesAnAlphaBetaFitAndWarns) {
   const GroupSpan span{4, 2, 2, 1, false};
   const double alpha = 20e-6, bw = 1.5e9;

@@ -44,6 +44,7 @@ check profile 3
 run validate "$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --tp 1 --ep 2 \
   --global-batch 8 --warmup 1 --iters 3 --profile "$OUT/profile.json" --json "$OUT/validate.json" --html "$OUT/validate.html"
 check validate 3
+grep -q "over the measured profile's spread" "$OUT/validate.html" || fail "the validate report does not give the prediction's range"
 
 # One page from saved results of every kind (a saved simulate result has no timeline: 2 + 3 + 2 +
 # 3 + 3 plots).

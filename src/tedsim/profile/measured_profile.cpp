@@ -178,6 +178,14 @@ std::string point_key(const CollectivePoint& p) {
          num(p.bytes, 17);
 }
 
+ProfileData at_spread_end(ProfileData data, SpreadEnd end) {
+  const auto pick = [end](Timing& t) { t.median_s = end == SpreadEnd::fastest ? t.min_s : t.max_s; };
+  for (GemmPoint& p : data.gemms) pick(p.seconds);
+  for (KernelPoint& p : data.kernels) pick(p.seconds);
+  for (CollectivePoint& p : data.collectives) pick(p.seconds);
+  return data;
+}
+
 std::string profile_to_json(const ProfileData& d) {
   json j;
   j["format"] = kFormat;

@@ -105,6 +105,11 @@ ProfileData profile_from_json(const std::string& text, const std::string& name);
 void save_profile(const std::string& path, const ProfileData& data);  // atomic (write + rename)
 ProfileData load_profile_data(const std::string& path);               // InputError on bad input
 
+// The same points with every median replaced by the point's fastest (or slowest) repetition: a
+// profile at one end of what was measured, for the range a prediction spans over the spread.
+enum class SpreadEnd { fastest, slowest };
+ProfileData at_spread_end(ProfileData data, SpreadEnd end);
+
 // Stable identities of points (what resume compares and what `profile diff` matches).
 std::string point_key(const GemmPoint& p);
 std::string point_key(const KernelPoint& p);

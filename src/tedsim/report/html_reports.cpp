@@ -103,9 +103,18 @@ std::string inputs_line(const json& doc) {
 
 // ---- simulate -------------------------------------------------------------------------------
 
+// " (17.06-17.80 ms over the profile's spread)" when the prediction carries its range.
+std::string spread_text(const json& p) {
+  const auto it = p.find("iteration_time_s_range");
+  if (it == p.end() || !it->is_array() || it->size() != 2) return "";
+  return " (" + num(1e3 * (*it)[0].get<double>(), 2) + "-" + num(1e3 * (*it)[1].get<double>(), 2) +
+         " ms over the measured profile's spread)";
+}
+
 void prediction_summary(HtmlPage& page, const json& p) {
   const json& mem = p.value("memory", json::object());
-  page.paragraph("iteration " + num(1e3 * number(p, "iteration_time_s"), 2) + " ms, " + num(number(p, "tokens_per_s"), 0) +
+  page.paragraph("iteration " + num(1e3 * number(p, "iteration_time_s"), 2) + " ms" + spread_text(p) + ", " +
+                 num(number(p, "tokens_per_s"), 0) +
                  " tokens/s, " + num(number(p, "tflops_per_gpu"), 1) + " TFLOP/s per device (MFU " +
                  num(100 * number(p, "mfu"), 1) + "%), peak memory " + num(number(mem, "peak_gib"), 2) + " of " +
                  num(number(mem, "capacity_gib"), 2) + " GiB" + (p.value("fits", true) ? "" : " (DOES NOT FIT)"));
@@ -263,7 +272,7 @@ void validate_section(HtmlPage& page, const json& doc) {
   page.heading("Validation: " + plan_name(doc.value("config", json::object())));
   page.paragraph(inputs_line(doc) + "; " + text(doc, "ranks") + " ranks on the " + text(doc, "backend") + " backend");
   const double p_iter = number(pred, "iteration_time_s"), m_iter = number(meas, "iteration_time_s");
-  page.paragraph("iteration: predicted " + num(1e3 * p_iter, 3) + " ms, measured " + num(1e3 * m_iter, 3) + " ms (median), error " +
+  page.paragraph("iteration: predicted " + num(1e3 * p_iter, 3) + " ms" + spread_text(pred) + ", measured " + num(1e3 * m_iter, 3) + " ms (median), error " +
                  (m_iter > 0 ? num(100 * (p_iter - m_iter) / m_iter, 1) + "%" : std::string("n/a")));
   json rows = json::array();
   std::vector<std::vector<std::string>> table;
