@@ -110,6 +110,25 @@ TEST(Reports, ParetoFrontKeepsOnlyUnbeatenPlans) {
   EXPECT_TRUE(pareto_front({}, {}).empty());
 }
 
+// As in search's text table: a plan predicting exactly what the row above does is a note, not a row.
+TEST(Reports, SearchFoldsPlansThatPredictTheSame) {
+  const auto result = [](double seconds, int zero) {
+    return nlohmann::json{{"iteration_time_s", seconds},
+                          {"tokens_per_s", 1000 / seconds},
+                          {"memory", {{"peak_gib", 10.0}, {"capacity_gib", 15.0}}},
+                          {"config", {{"pp", 1}, {"tp", 1}, {"ep", 2}, {"dp", 4}, {"micro_batch", 1}, {"zero", zero}}}};
+  };
+  const nlohmann::json doc = {{"kind", "search"},
+                              {"evaluated", 3},
+                              {"feasible", 3},
+                              {"seconds", 0.1},
+                              {"results", nlohmann::json::array({result(1.0, 1), result(1.0, 2), result(1.5, 3)})}};
+  const std::string html = html_report({doc}, {"search"});
+  EXPECT_NE(html.find("rank 2 (p1 t1 e2 d4 b1 zero2"), std::string::npos);
+  EXPECT_NE(html.find("1 plan that predicts exactly what the row above it does is folded"), std::string::npos);
+  EXPECT_EQ(count(html, "<tr><td>"), 2u);  // ranks 1 and 3 as rows
+}
+
 TEST(Reports, SimulateDocumentGetsItsPlots) {
   nlohmann::json doc = {{"kind", "simulate"},
                         {"iteration_time_s", 2.0},

@@ -193,10 +193,23 @@ void search_section(HtmlPage& page, const json& doc) {
                  num(seconds > 0 ? number(doc, "evaluated") / seconds : 0, 0) + " evaluations/s, " + num(seconds, 3) + " s");
   const json& results = doc.value("results", json::array());
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> folded;
   int rank = 0;
+  const json* shown = nullptr;  // the last row shown: a plan predicting exactly what it does is folded
+  const auto same = [](const json& a, const json& b) {
+    const double ta = number(a, "iteration_time_s"), tb = number(b, "iteration_time_s");
+    const double ma = number(a.value("memory", json::object()), "peak_gib"), mb = number(b.value("memory", json::object()), "peak_gib");
+    return std::fabs(ta - tb) <= 1e-9 * ta && std::fabs(ma - mb) <= 1e-6 * ma;
+  };
   for (const json& p : results) {
     const json& c = p.value("config", json::object());
-    rows.push_back({std::to_string(++rank), text(c, "pp"), text(c, "vpp"), text(c, "tp"), text(c, "ep"), text(c, "dp"),
+    ++rank;
+    if (shown && same(*shown, p)) {
+      folded.push_back("rank " + std::to_string(rank) + " (" + plan_name(c) + ") predicts exactly what the row above does");
+      continue;
+    }
+    shown = &p;
+    rows.push_back({std::to_string(rank), text(c, "pp"), text(c, "vpp"), text(c, "tp"), text(c, "ep"), text(c, "dp"),
                     text(c, "dp_expert"), text(c, "micro_batch"), text(c, "grad_accum"), on_off(c, "sequence_parallel"),
                     text(c, "recompute"), on_off(c, "dtd"), on_off(c, "cac"), text(c, "zero"), on_off(c, "expert_tp"),
                     text(c, "layout"), num(number(p, "iteration_time_s"), 4), num(number(p, "tokens_per_s"), 0),
@@ -205,7 +218,17 @@ void search_section(HtmlPage& page, const json& doc) {
   }
   page.table({"rank", "p", "v", "t", "e", "d", "d_e", "b", "ga", "sp", "recompute", "dtd", "cac", "zero", "etp", "layout",
               "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"},
-             rows, "The best " + std::to_string(results.size()) + " configurations by predicted throughput");
+             rows, "The best " + std::to_string(results.size()) + " configurations by predicted throughput" +
+                       (folded.empty() ? std::string()
+                                       : "; " + std::to_string(folded.size()) +
+                                             (folded.size() == 1 ? " plan that predicts exactly what the row above it does is"
+                                                                 : " plans that predict exactly what the row above them does are") +
+                                             " folded (listed below; search --all prints them as rows)"));
+  if (!folded.empty()) {
+    std::string lines;
+    for (const std::string& f : folded) lines += f + "\n";
+    page.preformatted(lines);
+  }
   const std::size_t few = std::min<std::size_t>(results.size(), 5);
   json time_rows = json::array(), memory = json::array();
   double capacity = 0;
