@@ -29,12 +29,6 @@ struct SearchOptions {
   std::vector<std::string> emit;
 };
 
-// Whether two ranked plans predict the same: their differing knobs have no effect on this problem.
-bool same_prediction(const Prediction& a, const Prediction& b) {
-  return std::fabs(a.sim.iteration_s - b.sim.iteration_s) <= 1e-9 * a.sim.iteration_s &&
-         std::fabs(a.memory.peak - b.memory.peak) <= 1e-6 * a.memory.peak;
-}
-
 // The ranking; with `fold`, a plan predicting exactly what the row above it does is folded into a
 // note (`notes`) instead of a row of its own.
 TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::string>* notes) {
@@ -45,7 +39,7 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const Prediction& p = r.top[i];
     const ParallelConfig& c = p.config;
-    if (fold && i > 0 && same_prediction(r.top[shown], p)) {
+    if (fold && i > 0 && predicts_the_same(r.top[shown], p)) {
       if (notes)
         notes->push_back("rank " + std::to_string(i + 1) + " (" + c.describe() + ") predicts exactly what rank " +
                          std::to_string(shown + 1) + " does");

@@ -30,6 +30,10 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert len(d["points"]) == d["feasible"], (len(d["points"]), d["feasible"])
 assert d["why"][0].startswith("why this plan"), d["why"][:1]
+for r in d["results"]:  # a folded plan predicts what the row it folds into does
+    if "folded_into_rank" in r:
+        row = d["results"][r["folded_into_rank"] - 1]
+        assert abs(r["iteration_time_s"] - row["iteration_time_s"]) <= 1e-9 * row["iteration_time_s"], (r, row)
 PY
 
 run scale "$TEDSIM" scale --model ted-1.3b --gpus 16,32,64 --global-batch 256 --threads 1 --json "$OUT/scale.json" \

@@ -195,20 +195,14 @@ void search_section(HtmlPage& page, const json& doc) {
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> folded;
   int rank = 0;
-  const json* shown = nullptr;  // the last row shown: a plan predicting exactly what it does is folded
-  const auto same = [](const json& a, const json& b) {
-    const double ta = number(a, "iteration_time_s"), tb = number(b, "iteration_time_s");
-    const double ma = number(a.value("memory", json::object()), "peak_gib"), mb = number(b.value("memory", json::object()), "peak_gib");
-    return std::fabs(ta - tb) <= 1e-9 * ta && std::fabs(ma - mb) <= 1e-6 * ma;
-  };
   for (const json& p : results) {
     const json& c = p.value("config", json::object());
     ++rank;
-    if (shown && same(*shown, p)) {
-      folded.push_back("rank " + std::to_string(rank) + " (" + plan_name(c) + ") predicts exactly what the row above does");
+    if (p.contains("folded_into_rank")) {  // search_json decided, as the text table does
+      folded.push_back("rank " + std::to_string(rank) + " (" + plan_name(c) + ") predicts exactly what rank " +
+                       text(p, "folded_into_rank") + " does");
       continue;
     }
-    shown = &p;
     rows.push_back({std::to_string(rank), text(c, "pp"), text(c, "vpp"), text(c, "tp"), text(c, "ep"), text(c, "dp"),
                     text(c, "dp_expert"), text(c, "micro_batch"), text(c, "grad_accum"), on_off(c, "sequence_parallel"),
                     text(c, "recompute"), on_off(c, "dtd"), on_off(c, "cac"), text(c, "zero"), on_off(c, "expert_tp"),

@@ -93,7 +93,14 @@ nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m) {
 
 nlohmann::json search_json(const SearchResult& r, const ModelSpec& m) {
   nlohmann::json results = nlohmann::json::array();
-  for (const Prediction& p : r.top) results.push_back(prediction_json(p, m));
+  std::size_t shown = 0;  // the last plan a folded ranking shows as a row
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    results.push_back(prediction_json(r.top[i], m));
+    if (i > 0 && predicts_the_same(r.top[shown], r.top[i]))
+      results.back()["folded_into_rank"] = shown + 1;
+    else
+      shown = i;
+  }
   nlohmann::json doc = {{"kind", "search"}, {"evaluated", r.evaluated}, {"feasible", r.feasible}, {"seconds", r.seconds},
                         {"results", results}};
   if (!r.points.empty()) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <chrono>
+#include <cmath>
 #include <iterator>
 #include <mutex>
 #include <thread>
@@ -226,6 +227,11 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
 }
 
 }  // namespace
+
+bool predicts_the_same(const Prediction& a, const Prediction& b) {
+  return std::fabs(a.sim.iteration_s - b.sim.iteration_s) <= 1e-9 * a.sim.iteration_s &&
+         std::fabs(a.memory.peak - b.memory.peak) <= 1e-6 * a.memory.peak;
+}
 
 SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, int top_k,
                         const std::function<void(long long, long long)>& progress, int threads, bool every_point) {

@@ -45,6 +45,10 @@ struct SearchResult {
   std::vector<PlanPoint> points;
 };
 
+// Whether two ranked plans predict the same (iteration and peak memory): their differing knobs
+// have no effect on this problem, so the ranking shows the second as a note, not a row.
+bool predicts_the_same(const Prediction& a, const Prediction& b);
+
 // Why `space` holds no valid configuration for `model`: how many candidate (P, t, e) the first
 // broken rule of each removed, and the global batches near the asked one that would work. Empty if
 // some configuration is valid.
