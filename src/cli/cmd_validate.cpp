@@ -130,7 +130,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     in.profile = load_profile(o.in.profile, in.topology);
     if (root)
       std::cout << "validate --calibrate: measured " << done.gemms << " GEMM, " << done.kernels << " kernel and "
-                << done.collectives << " collective points into " << o.in.profile
+                << done.collectives << " collective points, " << done.skews << " arrival-skew group shapes into "
+                << o.in.profile
                 << (done.created ? " (new profile)" : "")
                 << (done.unmeasurable ? "; " + std::to_string(done.unmeasurable) + " lookups this backend cannot measure" : "")
                 << "\n";
@@ -166,11 +167,12 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (root) {
     out << run.description << "\n"
         << "measured " << run.iterations << " iterations after " << run.warmup << " warm-up; iteration time is the "
-        << "slowest rank's, phases are the mean over ranks (medians over iterations)\n\n";
+        << "slowest rank's, phases are the mean over ranks (medians over iterations; predicted: the mean over "
+        << "stages)\n\n";
     TextTable table({"phase", "predicted ms", "measured ms", "error"});
     for (int p = 0; p < runtime::kPhaseCount; ++p)
-      table.add_row({runtime::phase_key(p), ms(pred.sim.exposed[p]), ms(run.phase_median[p]),
-                     rel_error(pred.sim.exposed[p], run.phase_median[p])});
+      table.add_row({runtime::phase_key(p), ms(pred.sim.mean_exposed[p]), ms(run.phase_median[p]),
+                     rel_error(pred.sim.mean_exposed[p], run.phase_median[p])});
     table.add_row({"iteration", ms(pred.sim.iteration_s), ms(run.iteration.median),
                    rel_error(pred.sim.iteration_s, run.iteration.median)});
     table.add_row({"memory MiB (tensors)", fixed(pred.memory.peak / 1048576.0, 2), fixed(run.tensor_peak_bytes / 1048576.0, 2),
@@ -231,12 +233,14 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       for (int p = 0; p < runtime::kPhaseCount; ++p) measured[p] = run.phase_median[p];
       nlohmann::json errors = nlohmann::json::object();
       for (int p = 0; p < runtime::kPhaseCount; ++p)
-        errors[runtime::phase_key(p)] = rel_error_json(pred.sim.exposed[p], run.phase_median[p]);
+        errors[runtime::phase_key(p)] = rel_error_json(pred.sim.mean_exposed[p], run.phase_median[p]);
       errors["iteration"] = rel_error_json(pred.sim.iteration_s, run.iteration.median);
       errors["memory"] = rel_error_json(pred.memory.peak, run.tensor_peak_bytes);
       doc["predicted"] = {{"iteration_time_s", pred.sim.iteration_s},
                           {"iteration_time_s_range", spread ? nlohmann::json{spread->first, spread->second} : nlohmann::json()},
-                          {"breakdown_s", phase_times_json(pred.sim.exposed)},
+                          // Like the measured phases, the mean over ranks (stages).
+                          {"breakdown_s", phase_times_json(pred.sim.mean_exposed)},
+                          {"critical_stage_breakdown_s", phase_times_json(pred.sim.exposed)},
                           {"memory_peak_bytes", pred.memory.peak}};
       doc["measured"] = {{"iteration_time_s", run.iteration.median},
                          {"breakdown_s", phase_times_json(measured)},

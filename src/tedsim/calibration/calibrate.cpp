@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 
+#include "tedsim/calibration/arrival_skew.hpp"
 #include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/calibration/sweep.hpp"
@@ -117,6 +118,7 @@ int run_calibration(const CalibrationOptions& o) {
         data.gemms = previous.gemms;
         data.kernels = previous.kernels;
         data.collectives = previous.collectives;
+        data.skews = previous.skews;
         prov.date = previous.provenance.date;
         std::cerr << "calibrate: resuming " << partial << ": " << done << " of " << sweep.points()
                   << " points already measured\n";
@@ -142,7 +144,8 @@ int run_calibration(const CalibrationOptions& o) {
                                   " devices: " + std::to_string(sweep.gemm_shapes_seen) + " distinct GEMM shapes, " +
                                   std::to_string(sweep.gemms.size()) + " measured"});
     t.add_row({"points", std::to_string(sweep.gemms.size()) + " GEMM, " + std::to_string(sweep.kernels.size()) + " kernel, " +
-                             std::to_string(sweep.collectives.size()) + " collective"});
+                             std::to_string(sweep.collectives.size()) + " collective, " +
+                             std::to_string(sweep.skews.size()) + " arrival-skew"});
     t.add_row({"collective sizes", std::to_string(sweep.min_bytes) + " .. " + std::to_string(sweep.max_bytes) +
                                        " bytes, x" + fmt(sweep.step_factor, 1)});
     t.add_row({"repetitions", std::to_string(warmup) + " warm-up, up to " + std::to_string(reps) + " timed"});
@@ -177,9 +180,10 @@ int run_calibration(const CalibrationOptions& o) {
   // A sentinel GEMM (the sweep's middle one) timed before the first point and after the last:
   // how much the machine's speed changed while it was being measured. A profile measured while
   // another job came and went predicts neither speed, and nothing else in it would show that.
+  Prepared sentinel = sweep.gemms.empty() ? Prepared{} : bench->gemm(sweep.gemms[sweep.gemms.size() / 2].shape);
   const auto time_sentinel = [&]() -> double {
-    if (sweep.gemms.empty()) return 0;
-    Prepared p = bench->gemm(sweep.gemms[sweep.gemms.size() / 2].shape);
+    if (!sentinel) return 0;
+    const Prepared& p = sentinel;
     // A full calibration's repetitions even in a quick one: the comparison is only as good as these.
     return measure([&] { return slowest(*world, summarize(bench->time(p, 2, 20, 0.3))); }).median_s;
   };
@@ -261,6 +265,41 @@ int run_calibration(const CalibrationOptions& o) {
     checkpoint();
     progress.step(std::string(to_string(c.op)) + " " + to_string(c.kind) + " " + std::to_string(r.bytes) + " B");
   }
+  // ---- arrival skew: the wait at a blocking collective after the same compute on every rank ----
+  TextTable skew_table({"group", "compute ms", "mean wait ms", "p90 wait ms", "wait / compute"});
+  // The loop computes with the sweep's GEMM nearest 100 us at the sentinel's rate, so its
+  // shortest segment (3 of them) is as short as a step's between two collectives.
+  Prepared skew_gemm;
+  double skew_gemm_s = 0;
+  const auto prepare_skew_gemm = [&] {
+    const GemmShape& ref = sweep.gemms[sweep.gemms.size() / 2].shape;
+    const double target = ref.flops() / sentinel_before_s * 1e-4;
+    const GemmShape* best = &ref;
+    for (const GemmCase& g : sweep.gemms)
+      if (std::fabs(std::log(g.shape.flops() / target)) < std::fabs(std::log(best->flops() / target))) best = &g.shape;
+    skew_gemm = bench->gemm(*best);
+    skew_gemm_s = measure([&] { return slowest(*world, summarize(bench->time(skew_gemm, 2, 20, 0.3))); }).median_s;
+  };
+  for (const SkewCaseSpec& c : sweep.skews) {
+    if (stopped) break;
+    if (index++ < done) continue;
+    watchdog::at_step(long(measured_now) + 1);
+    const std::tuple<int, int, int, int, bool> key{c.p, c.t, c.e, int(c.layout), c.expert_tp};
+    if (!groups || key != groups_key) {
+      groups.reset();
+      groups = std::make_unique<TedGroups>(*world, TedLayout(world->size(), c.t, c.e, c.layout, c.expert_tp, c.p));
+      groups_key = key;
+    }
+    if (!sentinel || sentinel_before_s <= 0) break;  // no GEMM to compute with (a sweep without shapes)
+    if (!skew_gemm) prepare_skew_gemm();
+    const SkewPoint sp =
+        measure_arrival_skew(*world, groups->group(c.kind), *bench, skew_gemm, skew_gemm_s, c, o.quick ? 5 : 20);
+    data.skews.push_back(sp);
+    skew_table.add_row({describe_span(c.span), fmt(sp.compute_s * 1e3, 2), fmt(sp.wait_mean_s * 1e3, 3),
+                        fmt(sp.wait_p90_s * 1e3, 3), fmt(sp.compute_s > 0 ? sp.wait_mean_s / sp.compute_s : 0, 3)});
+    checkpoint();
+    progress.step("arrival skew " + std::to_string(c.span.ranks) + " ranks, " + fmt(sp.compute_s * 1e3, 1) + " ms");
+  }
   groups.reset();
 
   if (root && o.verbose_tables) {
@@ -275,6 +314,11 @@ int run_calibration(const CalibrationOptions& o) {
       std::cout << '\n';
     }
     if (!results.empty()) std::cout << format_nccl_table(results) << '\n';
+    if (!data.skews.empty()) {
+      std::cout << "# arrival skew (wait inside a blocking collective after the same compute on every rank)\n";
+      skew_table.print(std::cout);
+      std::cout << '\n';
+    }
   }
   if (stopped) {
     if (root)
@@ -301,7 +345,8 @@ int run_calibration(const CalibrationOptions& o) {
     save_profile(o.out, data);
     std::remove(partial.c_str());
     std::cout << "calibrate: wrote " << o.out << ": " << data.gemms.size() << " GEMM, " << data.kernels.size()
-              << " kernel, " << data.collectives.size() << " collective points\n";
+              << " kernel, " << data.collectives.size() << " collective points, " << data.skews.size()
+              << " arrival-skew points\n";
   });
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tedsim/calibration/arrival_skew.hpp"
 #include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/comm/collective_check.hpp"
@@ -29,10 +30,14 @@ bool same_span(const GroupSpan& a, const GroupSpan& b) {
 
 // What to measure, flattened to doubles so rank 0 can share it through host_max (every other rank
 // contributes zeros): GEMMs (m, n, k, batch, dtype), kernels (kind, bytes, dtype), collectives
-// (op, group kind, ranks, nodes, rpn, gpn, islands, bytes).
+// (op, group kind, ranks, nodes, rpn, gpn, islands, bytes), arrival-skew group shapes (group kind,
+// ranks, nodes, rpn) and the GEMM their loop computes with (m, n, k, batch, dtype).
 struct Missing {
-  std::vector<double> gemms, kernels, collectives;
+  std::vector<double> gemms, kernels, collectives, skews, skew_gemm;
 };
+
+// Arrival-skew segments measured for a job: as a quick calibration's.
+constexpr double kJobSkewSegments[] = {0, 8e-3, 64e-3};
 
 void share(Communicator& world, bool root, std::vector<double>& v) {
   std::vector<double> n{root ? double(v.size()) : 0.0};
@@ -104,21 +109,49 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
                                   double(c.span.max_ranks_per_node), double(c.span.groups_per_node),
                                   c.span.crosses_islands ? 1.0 : 0.0, c.bytes});
     }
+    for (const GroupSpan& span : recording.skews()) {
+      const bool have = std::any_of(data.skews.begin(), data.skews.end(), [&](const SkewPoint& p) {
+        return p.span.ranks == span.ranks && p.span.nodes == span.nodes;
+      });
+      int kind = -1;
+      for (GroupKind gk : TedGroups::kinds) {
+        const SpanSet& set = spans.of(gk);
+        for (int i = 0; i < set.count; ++i)
+          if (same_span(set.spans[std::size_t(i)], span)) kind = int(gk);
+      }
+      if (have || kind < 0) continue;
+      missing.skews.insert(missing.skews.end(), {double(kind), double(span.ranks), double(span.nodes),
+                                                 double(span.max_ranks_per_node)});
+    }
+    if (!missing.skews.empty()) {
+      // The loop's GEMM: the measured one nearest 100 us, else the job's first.
+      const GemmPoint* best = nullptr;
+      for (const GemmPoint& p : data.gemms)
+        if (p.shape.dtype == dtype && p.seconds.median_s > 0 &&
+            (!best || std::fabs(std::log(p.seconds.median_s / 1e-4)) < std::fabs(std::log(best->seconds.median_s / 1e-4))))
+          best = &p;
+      GemmShape g = best ? best->shape : recording.gemms().empty() ? GemmShape{256, 256, 256, 1, dtype} : recording.gemms().front();
+      g.dtype = dtype;
+      missing.skew_gemm = {double(g.m), double(g.n), double(g.k), double(g.batch), double(int(g.dtype))};
+    }
   });
   share(world, root, missing.gemms);
   share(world, root, missing.kernels);
   share(world, root, missing.collectives);
+  share(world, root, missing.skews);
+  share(world, root, missing.skew_gemm);
   std::vector<double> counts{double(result.lookups), double(result.unmeasurable), result.created ? 1.0 : 0.0};
   world.host_max(counts);
   result.lookups = int(counts[0]);
   result.unmeasurable = int(counts[1]);
   result.created = counts[2] > 0;
   const std::size_t gemm_n = missing.gemms.size() / 5, kernel_n = missing.kernels.size() / 3,
-                    coll_n = missing.collectives.size() / 8;
+                    coll_n = missing.collectives.size() / 8, skew_n = missing.skews.size() / 4;
   if (root)
     std::cout << "validate --calibrate: the prediction asks " << result.lookups << " distinct lookups; "
               << (result.created ? "the new profile " : profile_path + " ") << "lacks " << gemm_n << " GEMM, " << kernel_n
-              << " kernel and " << coll_n << " collective points: measuring them on this world" << std::endl;
+              << " kernel and " << coll_n << " collective points, " << skew_n
+              << " arrival-skew group shapes: measuring them on this world" << std::endl;
 
   const auto check = [&](std::int64_t wrong, const std::string& what) { require_correct(world, wrong, what); };
   const double budget = 0.15;  // seconds of timed repetitions per point (a job asks tens of points, not hundreds)
@@ -189,6 +222,25 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
         data.collectives.push_back({cc.op, dtype, span, double(r.bytes), t, busbw});
       }
       ++result.collectives;
+    }
+  }
+  if (skew_n > 0) {
+    TedGroups groups(world, layout);
+    const double* g = missing.skew_gemm.data();
+    Prepared gemm = bench->gemm(GemmShape{std::int64_t(g[0]), std::int64_t(g[1]), std::int64_t(g[2]), std::int64_t(g[3]), Dtype(int(g[4]))});
+    check(gemm.check(), gemm.what);
+    const double gemm_s = measure_steady([&] { return slowest(world, summarize(bench->time(gemm, warmup, reps, budget))); }, 1.5).median_s;
+    for (std::size_t i = 0; i < skew_n; ++i) {
+      const double* c = &missing.skews[4 * i];
+      SkewCaseSpec sc;
+      sc.kind = GroupKind(int(c[0]));
+      sc.span = spans.of(sc.kind).widest();
+      for (double segment : kJobSkewSegments) {
+        watchdog::at_step(++step);
+        sc.compute_s = segment;
+        data.skews.push_back(measure_arrival_skew(world, groups.group(sc.kind), *bench, gemm, gemm_s, sc, 5));
+      }
+      ++result.skews;
     }
   }
   on_root(world, root, [&] {

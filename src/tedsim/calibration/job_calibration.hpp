@@ -16,6 +16,7 @@ namespace tedsim::calibration {
 struct JobCalibration {
   int lookups = 0;                           // distinct questions the prediction asked
   int gemms = 0, kernels = 0, collectives = 0;  // points measured
+  int skews = 0;                                // group shapes whose arrival skew was measured
   int unmeasurable = 0;  // lookups this backend cannot measure (another dtype, no such kernel here)
   bool created = false;  // the profile file did not exist
 };

@@ -102,6 +102,10 @@ std::string Sweep::digest() const {
                      double(c.span.groups_per_node), double(c.span.crosses_islands), double(c.count)})
       mix(v);
   }
+  for (const SkewCaseSpec& c : skews)
+    for (double v : {double(int(c.kind)), double(c.p), double(c.t), double(c.e), double(int(c.layout)), double(c.expert_tp),
+                     double(c.span.ranks), double(c.span.nodes), c.compute_s})
+      mix(v);
   char text[17];
   std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
   return text;
@@ -213,6 +217,11 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   world_space.zero_stages = {1};
   std::set<std::tuple<int, int, int, int, bool>> layouts;
   std::set<std::tuple<int, int, int, int, int, bool>> measured;  // (op, span)
+  std::set<std::pair<int, int>> skew_shapes;                      // (ranks, nodes)
+  // Segments of the arrival-skew loop: from the shortest a timing runs to the length of a
+  // micro-batch's compute between two collectives of a small model; longer ones scale (profile).
+  const std::vector<double> segments = o.quick ? std::vector<double>{0, 8e-3, 64e-3}
+                                               : std::vector<double>{0, 2e-3, 8e-3, 32e-3, 128e-3};
   const std::vector<std::int64_t> counts = sweep_counts(sweep.min_bytes, sweep.max_bytes, sweep.step_factor, o.dtype);
   for (const ParallelConfig& c : enumerate_configs(model, world_space)) {
     // Pipeline stages hold their own (smaller) data and expert-data groups.
@@ -229,6 +238,19 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
       if (set.count == 0) continue;
       const GroupSpan span = set.widest();
       if (span.ranks <= 1) continue;
+      if (skew_shapes.insert({span.ranks, span.nodes}).second)
+        for (double compute_s : segments) {
+          SkewCaseSpec sc;
+          sc.kind = kind;
+          sc.t = c.tp;
+          sc.e = c.ep;
+          sc.p = c.pp;
+          sc.layout = c.layout;
+          sc.expert_tp = c.expert_tp;
+          sc.span = span;
+          sc.compute_s = compute_s;
+          sweep.skews.push_back(sc);
+        }
       for (CollectiveOp op : ops) {
         if (!measured.insert({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
                               span.crosses_islands})

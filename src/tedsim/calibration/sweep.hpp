@@ -49,15 +49,28 @@ struct CollectiveCaseSpec {
   std::int64_t count = 0;       // nccl-tests count of `dtype` elements
 };
 
+// One segment length of the arrival-skew loop on the groups of one shape: every rank computes
+// about `compute_s` (repetitions of the sentinel GEMM; 0: the fewest a timing runs), then its
+// group meets in a blocking collective.
+struct SkewCaseSpec {
+  GroupKind kind = GroupKind::tensor;
+  int t = 1, e = 1, p = 1;
+  RankLayout layout = RankLayout::ted;
+  bool expert_tp = true;
+  GroupSpan span;
+  double compute_s = 0;
+};
+
 struct Sweep {
   std::vector<GemmCase> gemms;
   std::vector<KernelCase> kernels;
   std::vector<CollectiveCaseSpec> collectives;  // grouped by layout, then op/shape, then size
+  std::vector<SkewCaseSpec> skews;              // per group shape (ranks, nodes), short segments first
   std::int64_t min_bytes = 0, max_bytes = 0;
   double step_factor = 0;
   int configs = 0;              // configurations the shapes were collected from
   int gemm_shapes_seen = 0;     // distinct shapes before the cap
-  std::size_t points() const { return gemms.size() + kernels.size() + collectives.size(); }
+  std::size_t points() const { return gemms.size() + kernels.size() + collectives.size() + skews.size(); }
   // Hex digest of every point in order (shapes, sizes, groups): a resumed calibration must measure
   // exactly the points the interrupted one did, even if a model or topology file was edited.
   std::string digest() const;

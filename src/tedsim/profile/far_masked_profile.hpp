@@ -19,6 +19,9 @@ class FarMaskedProfile final : public Profile {
     return measured_.far_outside(op, span, bytes) ? 0.0 : measured_.collective_seconds(op, span, bytes);
   }
   double p2p_seconds(const GroupSpan& span, double bytes) const override { return measured_.p2p_seconds(span, bytes); }
+  double arrival_wait_seconds(const GroupSpan& span, double compute_s) const override {
+    return measured_.arrival_wait_seconds(span, compute_s);
+  }
   std::string describe() const override { return measured_.describe() + " without its far extrapolations"; }
 
  private:

@@ -183,6 +183,7 @@ ProfileData at_spread_end(ProfileData data, SpreadEnd end) {
   for (GemmPoint& p : data.gemms) pick(p.seconds);
   for (KernelPoint& p : data.kernels) pick(p.seconds);
   for (CollectivePoint& p : data.collectives) pick(p.seconds);
+  for (SkewPoint& p : data.skews) p.wait_mean_s = end == SpreadEnd::fastest ? p.wait_min_s : p.wait_max_s;
   return data;
 }
 
@@ -223,6 +224,17 @@ std::string profile_to_json(const ProfileData& d) {
                      {"seconds", timing_json(x.seconds)},
                      {"busbw_gbs", x.busbw_gbs}});
   j["collectives"] = c;
+  if (!d.skews.empty()) {
+    json a = json::array();
+    for (const SkewPoint& x : d.skews)
+      a.push_back(json{{"ranks", x.span.ranks},
+                       {"nodes", x.span.nodes},
+                       {"max_ranks_per_node", x.span.max_ranks_per_node},
+                       {"compute_s", x.compute_s},
+                       {"wait_s", {{"mean", x.wait_mean_s}, {"p90", x.wait_p90_s}, {"min", x.wait_min_s}, {"max", x.wait_max_s}}},
+                       {"samples", x.samples}});
+    j["arrival_skew"] = a;
+  }
   return j.dump(1) + "\n";
 }
 
@@ -304,6 +316,23 @@ ProfileData profile_from_json(const std::string& text, const std::string& name) 
     r.reject_unknown_keys();
     d.collectives.push_back(p);
   });
+  if (top.has("arrival_skew"))
+    for_each_item(top, "arrival_skew", [&](const Reader& r) {
+      SkewPoint p;
+      p.span.ranks = int(r.positive_int("ranks"));
+      p.span.nodes = int(r.positive_int("nodes"));
+      p.span.max_ranks_per_node = int(r.positive_int("max_ranks_per_node"));
+      p.compute_s = r.nonneg("compute_s");
+      const Reader w = r.child("wait_s");
+      p.wait_mean_s = w.nonneg("mean");
+      p.wait_p90_s = w.nonneg("p90");
+      p.wait_min_s = w.nonneg("min");
+      p.wait_max_s = w.nonneg("max");
+      w.reject_unknown_keys();
+      p.samples = int(r.positive_int("samples"));
+      r.reject_unknown_keys();
+      d.skews.push_back(p);
+    });
   top.reject_unknown_keys();
   return d;
 }
@@ -348,6 +377,9 @@ MeasuredProfile::MeasuredProfile(ProfileData data, const TopologySpec& fallback_
   };
   for (auto& [key, pts] : k) kernels_[key] = build(pts);
   for (auto& [key, pts] : c) collectives_[key] = build(pts);
+  for (const SkewPoint& p : data_.skews) skews_[{p.span.ranks, p.span.nodes}].push_back({p.compute_s, p.wait_mean_s});
+  for (auto& [key, pts] : skews_) std::sort(pts.begin(), pts.end());
+  for (const CollectivePoint& p : data_.collectives) multi_rank_ = multi_rank_ || p.span.ranks > 1;
   for (std::size_t i = 0; i < data_.gemms.size(); ++i)
     if (data_.gemms[i].seconds.median_s > 0) gemms_by_dtype_[int(data_.gemms[i].shape.dtype)].push_back(i);
 }
@@ -440,7 +472,8 @@ std::vector<std::string> MeasuredProfile::warnings() const {
     std::string line = (w.far ? "far: " : "") + w.text;
     if (!w.value_unit.empty()) line += " (" + range(num(w.min_value), num(w.max_value)) + " " + w.value_unit + ")";
     line += " [asked " + (w.unit == SizeUnit::bytes ? range(human_bytes(w.min_size), human_bytes(w.max_size))
-                                                    : range(num(w.min_size), num(w.max_size)) + " FLOP");
+                          : w.unit == SizeUnit::flop ? range(num(w.min_size), num(w.max_size)) + " FLOP"
+                                                     : range(num(w.min_size * 1e3), num(w.max_size * 1e3)) + " ms of compute");
     if (w.count > 1) line += ", " + std::to_string(w.count) + " distinct lookups";
     out.push_back(line + "]");
   }
@@ -514,6 +547,52 @@ double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
            ": not calibrated yet, analytic profile of the fallback topology used",
        bytes);
   return fallback_.p2p_seconds(span, bytes);
+}
+
+double MeasuredProfile::arrival_wait_seconds(const GroupSpan& span, double compute_s) const {
+  if (span.ranks <= 1 || compute_s <= 0) return 0;
+  auto it = skews_.find({span.ranks, span.nodes});
+  const std::string name = "arrival wait on " + std::to_string(span.ranks) + " ranks, " + std::to_string(span.nodes) +
+                           (span.nodes == 1 ? " node" : " nodes");
+  if (it == skews_.end()) {
+    if (skews_.empty()) {
+      if (multi_rank_) {
+        std::lock_guard<std::mutex> lock(mutex_);  // note() needs it: the search calls from many threads
+        far_ = false;
+        note("skew-none", "arrival skew: not in this profile (calibrated before tedsim measured it): blocking "
+                          "collectives assume their ranks arrive together; calibrate again to measure it",
+             compute_s, SizeUnit::seconds);
+      }
+      return 0;
+    }
+    // The nearest measured shape: same node count first, then closest rank count.
+    double best = std::numeric_limits<double>::max();
+    for (auto c = skews_.begin(); c != skews_.end(); ++c) {
+      const double d = 100.0 * std::abs(std::log(double(c->first.second) / span.nodes)) +
+                       std::abs(std::log(double(c->first.first) / span.ranks));
+      if (d < best) best = d, it = c;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    far_ = false;
+    note("skew-shape " + name, name + ": group shape never measured, used the one measured on " +
+                                   std::to_string(it->first.first) + " ranks, " + std::to_string(it->first.second) +
+                                   " node(s)",
+         compute_s, SizeUnit::seconds);
+  }
+  const std::vector<std::pair<double, double>>& pts = it->second;
+  double x0 = 0, y0 = 0;  // no compute since the group met: no skew
+  for (const auto& [x, y] : pts) {
+    if (compute_s <= x) return x > x0 ? y0 + (y - y0) * (compute_s - x0) / (x - x0) : y;
+    x0 = x, y0 = y;
+  }
+  if (compute_s > kFarFactor * x0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    far_ = false;
+    note("skew-range " + name, name + ": compute segments above the longest measured (" + num(x0 * 1e3) +
+                                   " ms), wait scaled in proportion to the segment",
+         compute_s, SizeUnit::seconds);
+  }
+  return x0 > 0 ? y0 * compute_s / x0 : 0;
 }
 
 double MeasuredProfile::gemm_uncached(const GemmShape& s) const {

@@ -10,7 +10,9 @@
 //     "gemm": [ {"m","n","k","batch","dtype","seconds": {"min","median","max"}} ...],
 //     "kernels": [ {"kind","dtype","bytes","seconds": {...}} ...],
 //     "collectives": [ {"op","dtype","ranks","nodes","max_ranks_per_node","groups_per_node",
-//                       "crosses_islands","bytes","seconds": {...},"busbw_gbs"} ...] }
+//                       "crosses_islands","bytes","seconds": {...},"busbw_gbs"} ...],
+//     "arrival_skew": [ {"ranks","nodes","max_ranks_per_node","compute_s",
+//                        "wait_s": {"mean","p90","min","max"},"samples"} ...]   (optional) }
 // Doubles are written with shortest round-trip precision, so save -> load is bit-exact.
 //
 // Lookups (MeasuredProfile):
@@ -30,6 +32,11 @@
 //    groups per node) and scales its time by bus_bandwidth_factor(op, n) / bus_bandwidth_factor(op,
 //    n_measured): i.e. it assumes the bus bandwidth (what a link carries) is what transfers between
 //    group sizes of the same placement, which is exactly what busbw was defined for.
+//  * Arrival waits (arrival_wait_seconds): for one group shape (ranks, nodes), linear
+//    interpolation in the compute segment between the measured points, from no wait after no
+//    compute; above the longest segment the wait grows in proportion to the segment. A shape never
+//    measured borrows the nearest (same node count first, then closest rank count). A profile
+//    without arrival points (older than the measurement) assumes ranks arrive together.
 //  * A dtype never measured for a GEMM or kernel uses the other dtypes' points (recorded); an op or
 //    kind with no points at all falls back to the analytic profile of the fallback topology.
 // Every such departure from a measured point is recorded once per (what, from) and reported by
@@ -88,11 +95,23 @@ struct CollectivePoint {
   double busbw_gbs = 0;
 };
 
+// Arrival skew in a step-like loop (every rank computes `compute_s`, then the group meets in a
+// blocking collective): how long a rank waits there beyond the transfer itself. `wait_mean_s` is
+// the mean over ranks and repetitions (what a step's phase timers add up); min/max are over
+// repetitions of the rank-mean wait; p90 is over single ranks' waits.
+struct SkewPoint {
+  GroupSpan span;
+  double compute_s = 0;
+  double wait_mean_s = 0, wait_p90_s = 0, wait_min_s = 0, wait_max_s = 0;
+  int samples = 0;  // repetitions x ranks
+};
+
 struct ProfileData {
   Provenance provenance;
   std::vector<GemmPoint> gemms;
   std::vector<KernelPoint> kernels;
   std::vector<CollectivePoint> collectives;
+  std::vector<SkewPoint> skews;
   // Calibration bookkeeping (arguments of the run, complete or partial); opaque to lookups.
   // Stored as compact JSON text so this header does not need nlohmann.
   std::string calibration_json;  // "" = none
@@ -127,6 +146,7 @@ class MeasuredProfile final : public Profile {
   double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override;
   // Pipeline transfers are not calibrated yet: the fallback topology's analytic model, with a warning.
   double p2p_seconds(const GroupSpan& span, double bytes) const override;
+  double arrival_wait_seconds(const GroupSpan& span, double compute_since_sync_s) const override;
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }
@@ -153,7 +173,7 @@ class MeasuredProfile final : public Profile {
   static void fit(Series& s);
   static std::string fit_text(const Series& s, double scale, const char* bandwidth);
   static double eval(const Series& s, double bytes, int* where);  // where: -1 below, 0 in, 1 above
-  enum class SizeUnit { bytes, flop };
+  enum class SizeUnit { bytes, flop, seconds };
   // Records a departure from a measured point once per key: the size asked (bytes or FLOP) and,
   // with value_unit, a rate the answer used (the warning quotes the range over all lookups).
   void note(const std::string& key, const std::string& text, double size, SizeUnit unit = SizeUnit::bytes,
@@ -169,6 +189,8 @@ class MeasuredProfile final : public Profile {
   std::map<std::tuple<int, int>, Series> kernels_;                       // (kind, dtype)
   std::map<std::tuple<int, int, int, int, int, bool>, Series> collectives_;  // (op, ranks, nodes, rpn, gpn, islands)
   std::map<int, std::vector<std::size_t>> gemms_by_dtype_;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> skews_;  // (ranks, nodes): (compute, wait)
+  bool multi_rank_ = false;  // collectives were measured (so arrival waits could have been)
 
   struct Warning {
     std::string text;

@@ -82,6 +82,17 @@ class Profile {
   // on 1 or 2 nodes; groups_per_node pairs of the same boundary share the sender's NICs), while
   // every pair of that boundary sends at once.
   virtual double p2p_seconds(const GroupSpan& span, double bytes) const = 0;
+  // The mean time a rank of a group shaped `span` waits inside a blocking collective for the
+  // group's last member to arrive, when every member computed for `compute_since_sync_s` since
+  // the group last synchronized: ranks doing the same work still arrive apart (jitter, the OS,
+  // a shared core), and a rank's collective lasts from its own arrival. Measured by calibration
+  // in a step-like loop; the analytic profile assumes ranks arrive together (0), as datasheet
+  // bandwidths do.
+  virtual double arrival_wait_seconds(const GroupSpan& span, double compute_since_sync_s) const {
+    (void)span;
+    (void)compute_since_sync_s;
+    return 0;
+  }
   virtual std::string describe() const = 0;
 };
 

@@ -46,11 +46,19 @@ class RecordingProfile final : public Profile {
     return inner_.collective_seconds(op, span, bytes);
   }
   double p2p_seconds(const GroupSpan& span, double bytes) const override { return inner_.p2p_seconds(span, bytes); }
+  double arrival_wait_seconds(const GroupSpan& span, double compute_s) const override {
+    if (span.ranks > 1 && seen_.insert(std::make_tuple('s', std::int64_t(span.ranks), std::int64_t(span.nodes),
+                                                       std::int64_t(0), std::int64_t(0), 0, 0.0))
+                              .second)
+      skews_.push_back(span);
+    return inner_.arrival_wait_seconds(span, compute_s);
+  }
   std::string describe() const override { return inner_.describe(); }
 
   const std::vector<GemmShape>& gemms() const { return gemms_; }
   const std::vector<KernelLookup>& kernels() const { return kernels_; }
   const std::vector<CollectiveLookup>& collectives() const { return collectives_; }
+  const std::vector<GroupSpan>& skews() const { return skews_; }  // group shapes asked for their arrival wait
 
  private:
   const Profile& inner_;
@@ -58,6 +66,7 @@ class RecordingProfile final : public Profile {
   mutable std::vector<GemmShape> gemms_;
   mutable std::vector<KernelLookup> kernels_;
   mutable std::vector<CollectiveLookup> collectives_;
+  mutable std::vector<GroupSpan> skews_;
 };
 
 }  // namespace tedsim

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tedsim/sim/arrival_skew.hpp"
 #include "tedsim/spec/pipeline_schedule.hpp"
 #include "tedsim/sim/simulator.hpp"
 #include "tedsim/sim/trace.hpp"
@@ -32,6 +33,7 @@ struct GradReady {
 // What one model chunk of one stage costs per micro-batch.
 struct ChunkWork {
   Span forward, backward;
+  std::vector<const Block*> forward_blocks, backward_blocks;  // in order, for the arrival waits
   std::vector<GradReady> grads;  // in backward order
   double zero3_hidden_fwd = 0, zero3_hidden_bwd = 0;
   ModelChunk chunk;
@@ -50,30 +52,38 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
       const ModelChunk& c = map.chunk(p, v);
       ChunkWork cw;
       cw.chunk = c;
-      if (c.embedding) cw.forward.add(w.embedding_forward);
+      const auto forward = [&](const Block& b) {
+        cw.forward.add(b);
+        cw.forward_blocks.push_back(&b);
+      };
+      const auto backward = [&](const Block& b) {
+        cw.backward.add(b);
+        cw.backward_blocks.push_back(&b);
+      };
+      if (c.embedding) forward(w.embedding_forward);
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
         const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
-        cw.forward.add(l.forward);
+        forward(l.forward);
         sw.nonexpert_params += l.nonexpert_grad_elems;
         sw.expert_params += l.expert_grad_elems;
       }
       if (c.head) {
-        cw.forward.add(w.head_forward);
-        cw.backward.add(w.head_backward);
+        forward(w.head_forward);
+        backward(w.head_backward);
         cw.grads.push_back({cw.backward.seconds, w.head_grad_elems, 0.0});
         sw.nonexpert_params += w.head_grad_elems;
       }
       for (int layer = c.first_layer + c.layers - 1; layer >= c.first_layer; --layer) {
         const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
-        cw.backward.add(l.recompute);
-        cw.backward.add(l.backward);
+        backward(l.recompute);
+        backward(l.backward);
         cw.grads.push_back({cw.backward.seconds, l.nonexpert_grad_elems, l.expert_grad_elems});
         // ZeRO-3's gathers hidden behind the forward and behind the backward.
         cw.zero3_hidden_fwd += l.zero3_hidden_forward_s;
         cw.zero3_hidden_bwd += l.zero3_hidden_backward_s;
       }
       if (c.embedding) {
-        cw.backward.add(w.embedding_backward);
+        backward(w.embedding_backward);
         cw.grads.push_back({cw.backward.seconds, w.embedding_grad_elems, 0.0});
         sw.nonexpert_params += w.embedding_grad_elems;
       }
@@ -87,8 +97,12 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
 class PipelineTimeline {
  public:
   PipelineTimeline(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
-                   const std::vector<StageWork>& work, TraceRecorder* trace)
-      : m_(m), c_(c), w_(w), map_(map), work_(work), trace_(trace), P_(map.pp), V_(map.vpp) {}
+                   const std::vector<StageWork>& work, const ArrivalSkew& skew, TraceRecorder* trace)
+      : m_(m), c_(c), w_(w), map_(map), work_(work), skew_(skew), trace_(trace), P_(map.pp), V_(map.vpp) {}
+
+  // Every stage's group clocks when its first pass starts (P = 1: after micro-batches run
+  // outside the timeline); default: the ranks met at the iteration's start.
+  void set_initial_clock(const GroupClock& clock) { initial_clock_ = clock; }
 
   SimResult run(int microbatches) {
     mb_count_ = microbatches;
@@ -98,6 +112,7 @@ class PipelineTimeline {
     transfer_start_.assign(keys, -1.0);
     transfer_end_.assign(keys, -1.0);
     stages_.assign(std::size_t(P_), StageState{});
+    for (StageState& st : stages_) st.clock = initial_clock_;
     orders_.clear();
     std::size_t remaining = 0;
     for (int p = 0; p < P_; ++p) {
@@ -137,6 +152,8 @@ class PipelineTimeline {
     PhaseTimes exposed{}, busy{};
     int grad_buckets = 0, p2p_sends = 0;
     StageTimes times;
+    GroupClock clock;                           // compute since each group kind last met
+    bool data_met = false, expert_data_met = false;  // this iteration's first bucket launched
   };
 
   std::size_t key(int mb, int vstage, bool backward) const {
@@ -187,8 +204,19 @@ class PipelineTimeline {
     // Every pass runs once per micro-batch: finish_step adds their phase times in one go.
     const ChunkWork& cw = work_[std::size_t(p)].chunks[std::size_t(task.chunk)];
     const Span& span = task.backward ? cw.backward : cw.forward;
+    // The waits at this pass's collectives for their groups' last members (arrival_skew.hpp).
+    double waited = 0;
+    if (skew_.active()) {
+      PhaseTimes waits{};
+      for (const Block* b : task.backward ? cw.backward_blocks : cw.forward_blocks) waited += skew_.walk(*b, st.clock, waits);
+      for (int i = 0; i < kPhaseCount; ++i) {
+        st.exposed[i] += waits[i];
+        st.busy[i] += waits[i];
+      }
+      st.times.busy_s += waited;
+    }
     if (trace_) trace_pass(p, task, cw, start);
-    const double end = start + span.seconds;
+    const double end = start + span.seconds + waited;
     st.compute_free = end;
     finish_[self] = end;
     // ZeRO-3's prefetched parameter gathers share the data-parallel stream with gradient sync.
@@ -226,15 +254,20 @@ class PipelineTimeline {
   }
 
   // Queues `count` buckets of `seconds` each on the stage's data-parallel stream at `now`.
-  void launch_sync(int p, const char* name, double seconds, double now, int mb, int count = 1) {
+  // The iteration's first bucket of a group also waits for the group's last member to arrive.
+  void launch_sync(int p, const char* name, GroupKind group, double seconds, double now, int mb, int count = 1) {
     if (seconds <= 0 || count <= 0) return;
     StageState& st = stages_[std::size_t(p)];
+    bool& met = group == GroupKind::data ? st.data_met : st.expert_data_met;
+    const double wait = met ? 0.0 : skew_.meet(group, st.clock);
+    met = true;
     for (int i = 0; i < count; ++i) {
       const double start = std::max(now, st.dp_free);
-      st.dp_free = start + seconds;
-      if (trace_) trace_->add({name, "microbatch " + std::to_string(mb), Phase::dp_grad_sync, Stream::data_parallel, start, seconds, p});
+      const double bucket = seconds + (i == 0 ? wait : 0.0);
+      st.dp_free = start + bucket;
+      if (trace_) trace_->add({name, "microbatch " + std::to_string(mb), Phase::dp_grad_sync, Stream::data_parallel, start, bucket, p});
     }
-    st.busy[int(Phase::dp_grad_sync)] += count * seconds;
+    st.busy[int(Phase::dp_grad_sync)] += count * seconds + wait;
     st.grad_buckets += count;
   }
 
@@ -249,14 +282,16 @@ class PipelineTimeline {
     // asks the profile about a 40M-element collective it does not run.
     if (ne_full > 0 && full_ne_bucket_s_ < 0) full_ne_bucket_s_ = w_.nonexpert_sync_seconds(kGradBucketElems);
     if (ex_full > 0 && full_ex_bucket_s_ < 0) full_ex_bucket_s_ = w_.expert_sync_seconds(kGradBucketElems);
-    launch_sync(p, "grad_sync_nonexpert", full_ne_bucket_s_, now, mb, ne_full);
-    launch_sync(p, "grad_sync_expert", full_ex_bucket_s_, now, mb, ex_full);
+    launch_sync(p, "grad_sync_nonexpert", GroupKind::data, full_ne_bucket_s_, now, mb, ne_full);
+    launch_sync(p, "grad_sync_expert", GroupKind::expert_data, full_ex_bucket_s_, now, mb, ex_full);
   }
 
   void flush(int p, double now, int mb) {
     StageState& st = stages_[std::size_t(p)];
-    if (st.ne_pending > 0) launch_sync(p, "grad_sync_nonexpert", w_.nonexpert_sync_seconds(st.ne_pending), now, mb);
-    if (st.ex_pending > 0) launch_sync(p, "grad_sync_expert", w_.expert_sync_seconds(st.ex_pending), now, mb);
+    if (st.ne_pending > 0)
+      launch_sync(p, "grad_sync_nonexpert", GroupKind::data, w_.nonexpert_sync_seconds(st.ne_pending), now, mb);
+    if (st.ex_pending > 0)
+      launch_sync(p, "grad_sync_expert", GroupKind::expert_data, w_.expert_sync_seconds(st.ex_pending), now, mb);
     st.ne_pending = st.ex_pending = 0;
   }
 
@@ -295,10 +330,14 @@ class PipelineTimeline {
     if (P_ > 1 && w_.tied_embedding_sync_seconds > 0) {
       StageState& first = stages_.front();
       StageState& last = stages_.back();
+      // The stage that ends first waits inside the all-reduce for the other: the all-reduce's
+      // time, as the step's timer around it shows.
       const double both = std::max(first.end, last.end);
       for (StageState* st : {&first, &last}) {
-        st->exposed[int(Phase::pp_bubble)] += both - st->end;
-        st->times.bubble_s += both - st->end;
+        if (trace_ && both > st->end)
+          trace_->add({"wait for the other stage", "in the tied-embedding all-reduce", Phase::dp_grad_sync, Stream::compute,
+                       st->end, both - st->end, int(st - stages_.data())});
+        st->exposed[int(Phase::dp_grad_sync)] += both - st->end;
         st->end = both;
       }
       blocking(0, "tied_embedding_allreduce", Phase::dp_grad_sync, w_.tied_embedding_sync_seconds);
@@ -306,8 +345,17 @@ class PipelineTimeline {
     }
     for (int p = 0; p < P_; ++p) {
       const StageWork& sw = work_[std::size_t(p)];
-      blocking(p, "adam_step", Phase::optimizer, w_.optimizer_seconds(sw.nonexpert_params, sw.expert_params));
-      blocking(p, "zero_param_allgather", Phase::dp_grad_sync, w_.param_allgather_seconds(sw.nonexpert_params, sw.expert_params));
+      StageState& st = stages_[std::size_t(p)];
+      const double adam = w_.optimizer_seconds(sw.nonexpert_params, sw.expert_params);
+      blocking(p, "adam_step", Phase::optimizer, adam);
+      // ZeRO's all-gather of the updated parameters waits for its group's last member too.
+      const double gather = w_.param_allgather_seconds(sw.nonexpert_params, sw.expert_params);
+      if (gather > 0) {
+        skew_.advance(st.clock, adam);
+        GroupClock expert_clock = st.clock;
+        const double wait = std::max(skew_.meet(GroupKind::data, st.clock), skew_.meet(GroupKind::expert_data, expert_clock));
+        blocking(p, "zero_param_allgather", Phase::dp_grad_sync, gather + wait);
+      }
       stages_[std::size_t(p)].times.end_s = stages_[std::size_t(p)].end;
     }
   }
@@ -323,6 +371,8 @@ class PipelineTimeline {
     r.busy = st.busy;
     r.grad_buckets = st.grad_buckets;
     r.critical_stage = critical;
+    for (const StageState& s : stages_)
+      for (int i = 0; i < kPhaseCount; ++i) r.mean_exposed[i] += s.exposed[i] / P_;
     for (const StageState& s : stages_) r.stages.push_back(s.times);
     return r;
   }
@@ -380,7 +430,9 @@ class PipelineTimeline {
   const Workload& w_;
   const StageMap& map_;
   const std::vector<StageWork>& work_;
+  const ArrivalSkew& skew_;
   TraceRecorder* trace_;
+  GroupClock initial_clock_{};
   int P_, V_;
   int mb_count_ = 0;
   double full_ne_bucket_s_ = -1, full_ex_bucket_s_ = -1;  // a full bucket's sync, once one fills
@@ -396,6 +448,7 @@ SimResult extrapolate(const SimResult& a, const SimResult& b, double n) {
   r.iteration_s = lerp(a.iteration_s, b.iteration_s);
   for (int p = 0; p < kPhaseCount; ++p) {
     r.exposed[p] = lerp(a.exposed[p], b.exposed[p]);
+    r.mean_exposed[p] = lerp(a.mean_exposed[p], b.mean_exposed[p]);
     r.busy[p] = lerp(a.busy[p], b.busy[p]);
   }
   r.grad_buckets = int(std::lround(lerp(a.grad_buckets, b.grad_buckets)));
@@ -418,7 +471,9 @@ bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) 
   if (!linear(a.iteration_s, b.iteration_s, c.iteration_s)) return false;
   if (b.grad_buckets - a.grad_buckets != c.grad_buckets - b.grad_buckets) return false;
   for (int p = 0; p < kPhaseCount; ++p)
-    if (!linear(a.exposed[p], b.exposed[p], c.exposed[p]) || !linear(a.busy[p], b.busy[p], c.busy[p])) return false;
+    if (!linear(a.exposed[p], b.exposed[p], c.exposed[p]) || !linear(a.busy[p], b.busy[p], c.busy[p]) ||
+        !linear(a.mean_exposed[p], b.mean_exposed[p], c.mean_exposed[p]))
+      return false;
   // The critical stage stays critical only if no stage (nor a stage's end before the tied
   // embedding couples the first and the last) grows faster than it does.
   const double critical_step = c.stages[std::size_t(c.critical_stage)].end_s - b.stages[std::size_t(c.critical_stage)].end_s;
@@ -439,21 +494,42 @@ bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) 
 SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
                              TraceRecorder* trace) {
   const std::vector<StageWork> work = stage_work(m, w, map);
-  PipelineTimeline timeline(m, c, w, map, work, trace);
+  const ArrivalSkew skew(c, w);
+  PipelineTimeline timeline(m, c, w, map, work, skew, trace);
   const int total = w.shape.ga;
   if (!trace && map.pp == 1 && c.zero < 2 && total > 1) {
     // One stage syncing only after its last micro-batch: the others run back to back before it,
     // with nothing to wait for, so the timeline is one micro-batch's, shifted by theirs.
-    SimResult r = timeline.run(1);
     const ChunkWork& cw = work[0].chunks[0];
-    const double before = double(total - 1);
-    r.iteration_s += before * (cw.forward.seconds + cw.backward.seconds);
+    const int before = total - 1;
+    // Their collectives' arrival waits: once a micro-batch leaves the group clocks as the one
+    // before it did, every later one waits the same.
+    PhaseTimes waits{};
+    double waited = 0;
+    if (skew.active()) {
+      GroupClock clock{}, previous{};
+      for (int i = 0; i < before; ++i) {
+        PhaseTimes mb{};
+        double mb_waited = 0;
+        for (const std::vector<const Block*>* pass : {&cw.forward_blocks, &cw.backward_blocks})
+          for (const Block* b : *pass) mb_waited += skew.walk(*b, clock, mb);
+        const int repeat = i > 0 && clock == previous ? before - i : 1;
+        for (int p = 0; p < kPhaseCount; ++p) waits[p] += repeat * mb[p];
+        waited += repeat * mb_waited;
+        if (repeat > 1) break;
+        previous = clock;
+      }
+      timeline.set_initial_clock(clock);
+    }
+    SimResult r = timeline.run(1);
+    r.iteration_s += before * (cw.forward.seconds + cw.backward.seconds) + waited;
     for (int p = 0; p < kPhaseCount; ++p) {
-      r.exposed[p] += before * (cw.forward.phases[p] + cw.backward.phases[p]);
-      r.busy[p] += before * (cw.forward.phases[p] + cw.backward.phases[p]);
+      r.exposed[p] += before * (cw.forward.phases[p] + cw.backward.phases[p]) + waits[p];
+      r.busy[p] += before * (cw.forward.phases[p] + cw.backward.phases[p]) + waits[p];
     }
     r.busy[int(Phase::dp_grad_sync)] += before * (cw.zero3_hidden_fwd + cw.zero3_hidden_bwd);
-    r.stages[0].busy_s += before * (cw.forward.seconds + cw.backward.seconds);
+    r.mean_exposed = r.exposed;
+    r.stages[0].busy_s += before * (cw.forward.seconds + cw.backward.seconds) + waited;
     r.stages[0].end_s = r.iteration_s;
     return r;
   }

@@ -34,6 +34,9 @@ struct SimResult {
   double iteration_s = 0;
   PhaseTimes exposed{};  // of the stage that ends last; sums to iteration_s
   PhaseTimes busy{};     // of that stage: total time each category ran, hidden or not
+  // Mean over stages of each stage's exposed time (sums to the mean stage end): what a step's
+  // timers report as the mean over ranks, every stage having as many ranks. = exposed when P = 1.
+  PhaseTimes mean_exposed{};
   int grad_buckets = 0;  // buckets that stage launched per iteration
   int critical_stage = 0;
   std::vector<StageTimes> stages;
