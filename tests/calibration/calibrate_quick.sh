@@ -41,5 +41,14 @@ assert args["quick"] and args["reps"] == 5 and args["step_factor"] == 2, args
 assert args["max_bytes"] >= 2 * 646 * 1024, args  # twice tiny-moe's 646 KiB ZeRO gradient message at 2 ranks
 assert drift["before_s"] > 0 and drift["after_s"] > 0 and len(drift["gemm"]) == 4, drift
 assert len(d["gemm"]) > 12, len(d["gemm"])
+# The arrival-skew loop on the 2-rank group: quick's three segments, each measured on both ranks,
+# in increasing compute (the shortest is three GEMMs of about 100 us each).
+skew = d["arrival_skew"]
+assert [(p["ranks"], p["nodes"]) for p in skew] == [(2, 1)] * 3, skew
+computes = [p["compute_s"] for p in skew]
+assert computes == sorted(computes) and computes[0] < 5e-3 and computes[-1] > 40e-3, computes
+for p in skew:
+    w = p["wait_s"]
+    assert 0 <= w["min"] <= w["mean"] <= w["max"] and w["p90"] >= 0 and p["samples"] >= 10, p
 PY
 echo "calibrate_quick: OK"

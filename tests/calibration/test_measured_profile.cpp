@@ -442,5 +442,85 @@ TEST(MeasuredProfileLookup, EvaluatorOnSampledAnalyticMatchesAnalytic) {
   EXPECT_NEAR(got, want, 0.05 * want);
 }
 
+// Arrival-skew points of one group shape: waits 5% of 2 ms, 4% of 32 ms.
+ProfileData with_skew(ProfileData d) {
+  SkewPoint a;
+  a.span = GroupSpan{4, 2, 2, 1, false};
+  a.compute_s = 2e-3;
+  a.wait_mean_s = 1e-4;
+  a.wait_p90_s = 3e-4;
+  a.wait_min_s = 0.5e-4;
+  a.wait_max_s = 2e-4;
+  a.samples = 80;
+  SkewPoint b = a;
+  b.compute_s = 32e-3;
+  b.wait_mean_s = 1.28e-3;
+  b.wait_min_s = 1e-3;
+  b.wait_max_s = 2e-3;
+  d.skews = {a, b};
+  return d;
+}
+
+TEST(MeasuredProfileFile, ArrivalSkewRoundTripsAndItsKeysAreChecked) {
+  const ProfileData d = with_skew(sample_data());
+  const ProfileData r = profile_from_json(profile_to_json(d), "skew.json");
+  ASSERT_EQ(r.skews.size(), 2u);
+  EXPECT_EQ(r.skews[1].compute_s, d.skews[1].compute_s);
+  EXPECT_EQ(r.skews[1].wait_mean_s, d.skews[1].wait_mean_s);
+  EXPECT_EQ(r.skews[0].wait_p90_s, d.skews[0].wait_p90_s);
+  EXPECT_EQ(r.skews[0].samples, 80);
+  EXPECT_EQ(r.skews[0].span.nodes, 2);
+  EXPECT_EQ(profile_to_json(r), profile_to_json(d));
+  std::string bad = profile_to_json(d);
+  bad.replace(bad.find("\"compute_s\":"), 12, "\"computed_s\": 1, \"compute_s\":");
+  expect_rejected(bad, "arrival_skew[0].computed_s");
+  bad = profile_to_json(d);
+  bad.replace(bad.find("\"p90\":"), 6, "\"p95\": 1, \"p90\":");
+  expect_rejected(bad, "arrival_skew[0].wait_s.p95");
+  bad = profile_to_json(d);
+  bad.replace(bad.find("\"mean\":"), 7, "\"mean\": -1, \"unused\":");
+  expect_rejected(bad, "arrival_skew[0].wait_s");
+}
+
+TEST(MeasuredProfileLookup, ArrivalWaitInterpolatesInTheComputeSegment) {
+  const MeasuredProfile p(with_skew(sample_data()), local_cpu());
+  const GroupSpan span{4, 2, 2, 1, false};
+  EXPECT_DOUBLE_EQ(p.arrival_wait_seconds(span, 0), 0);           // lined up: no wait
+  EXPECT_NEAR(p.arrival_wait_seconds(span, 1e-3), 0.5e-4, 1e-12);  // from (0, 0) to the first point
+  EXPECT_NEAR(p.arrival_wait_seconds(span, 2e-3), 1e-4, 1e-12);
+  EXPECT_NEAR(p.arrival_wait_seconds(span, 17e-3), 1e-4 + 0.5 * (1.28e-3 - 1e-4), 1e-12);
+  EXPECT_TRUE(p.warnings().empty());
+  // Above the longest segment, in proportion to it; far above, with a warning.
+  EXPECT_NEAR(p.arrival_wait_seconds(span, 64e-3), 2.56e-3, 1e-12);
+  EXPECT_TRUE(p.warnings().empty());
+  EXPECT_NEAR(p.arrival_wait_seconds(span, 320e-3), 12.8e-3, 1e-12);
+  ASSERT_EQ(p.warnings().size(), 1u);
+  EXPECT_NE(p.warnings()[0].find("wait scaled in proportion"), std::string::npos) << p.warnings()[0];
+  // One rank never waits for another.
+  EXPECT_DOUBLE_EQ(p.arrival_wait_seconds(GroupSpan{1, 1, 1, 1, false}, 1.0), 0);
+}
+
+TEST(MeasuredProfileLookup, ArrivalWaitOfAnUnmeasuredShapeBorrowsTheNearestAndSays) {
+  const MeasuredProfile p(with_skew(sample_data()), local_cpu());
+  EXPECT_NEAR(p.arrival_wait_seconds(GroupSpan{8, 2, 4, 1, false}, 2e-3), 1e-4, 1e-12);
+  ASSERT_EQ(p.warnings().size(), 1u);
+  EXPECT_NE(p.warnings()[0].find("group shape never measured"), std::string::npos) << p.warnings()[0];
+}
+
+TEST(MeasuredProfileLookup, ArrivalWaitMissingFromAMultiRankProfileIsZeroAndSaid) {
+  const MeasuredProfile p(sample_data(), local_cpu());
+  EXPECT_DOUBLE_EQ(p.arrival_wait_seconds(GroupSpan{4, 2, 2, 1, false}, 5e-3), 0);
+  ASSERT_EQ(p.warnings().size(), 1u);
+  EXPECT_NE(p.warnings()[0].find("arrive together"), std::string::npos) << p.warnings()[0];
+  EXPECT_DOUBLE_EQ(AnalyticProfile(local_cpu()).arrival_wait_seconds(GroupSpan{4, 2, 2, 1, false}, 5e-3), 0);
+}
+
+TEST(MeasuredProfileLookup, ArrivalWaitSpreadEndsUseTheRepetitionsExtremes) {
+  const ProfileData d = with_skew(sample_data());
+  const GroupSpan span{4, 2, 2, 1, false};
+  EXPECT_NEAR(MeasuredProfile(at_spread_end(d, SpreadEnd::fastest), local_cpu()).arrival_wait_seconds(span, 32e-3), 1e-3, 1e-12);
+  EXPECT_NEAR(MeasuredProfile(at_spread_end(d, SpreadEnd::slowest), local_cpu()).arrival_wait_seconds(span, 32e-3), 2e-3, 1e-12);
+}
+
 }  // namespace
 }  // namespace tedsim
