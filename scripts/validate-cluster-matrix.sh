@@ -102,6 +102,20 @@ for ted, dbe in [("t1-e2-d2-ted", "t1-e2-d2-dbe")]:
         mt, md = by[ted]["measured"]["iteration_time_s"], by[dbe]["measured"]["iteration_time_s"]
         lines.append("| %s / %s | %s | %s | %.1f / %.1f | %.1f / %.1f |" % (
             ted, dbe, "ted" if pt < pd else "dbe", "ted" if mt < md else "dbe", 1e3 * pt, 1e3 * pd, 1e3 * mt, 1e3 * md))
+# The arrival skew the calibration measured on the cluster (what the prediction adds to blocking
+# collectives), as calibrate printed it.
+log = open(os.path.join(work, "calibrate.log")).read().splitlines()
+if "# arrival skew" in "\n".join(log):
+    at = next(i for i, l in enumerate(log) if l.startswith("# arrival skew"))
+    table = []
+    for l in log[at + 1:]:
+        if not l.strip():
+            break
+        table.append(l)
+    lines += ["", "## The arrival skew calibrated on the cluster", "",
+              "The wait inside a blocking collective after every rank computed the same GEMMs (`calibrate`'s "
+              "arrival-skew loop), per group shape; the prediction adds it to every blocking collective from the "
+              "compute since that group last met:", "", "```"] + table + ["```"]
 open(out + ".tmp", "w").write("\n".join(lines) + "\n")
 os.replace(out + ".tmp", out)
 print("\n".join(lines))

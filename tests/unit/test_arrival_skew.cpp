@@ -111,5 +111,36 @@ TEST(ArrivalSkew, TheOneStageShortcutMatchesTheFullTimeline) {
   }
 }
 
+TEST(MeanRank, DroplessRanksOfMeanLoadWaitInTheAllToAllForTheBusiest) {
+  // The prediction times the busiest rank; a rank of mean load computes its experts in
+  // 1/load_factor of that and waits the rest in the combining all-to-all. The per-rank mean that
+  // validate compares with moves exactly that share, and keeps the sum.
+  const ModelSpec m = test::model("cpu-moe-fine");
+  ASSERT_TRUE(m.moe.dropless());
+  const TopologySpec topo = test::topology("local-cpu");
+  const AnalyticProfile profile(topo);
+  const Evaluator evaluator(m, topo, profile);
+  const ParallelConfig c = two_ranks(1, 2);
+  const Workload w = build_workload(m, c, profile, evaluator.spans_for(c));
+  ASSERT_GT(w.shape.load_factor, 1.0);
+  const SimResult r = simulate_iteration(m, c, w);
+  double expert_s = 0;
+  for (const Block* b : {&w.moe.forward, &w.moe.recompute, &w.moe.backward})
+    for (int i = 0; i < b->count; ++i)
+      if (std::string(b->ops[i].name).rfind("expert_fc", 0) == 0) expert_s += b->ops[i].seconds;
+  int moe_layers = 0;
+  for (int layer = 0; layer < m.layers; ++layer) moe_layers += m.is_moe_layer(layer);
+  const double shift = expert_s * moe_layers * w.shape.ga * (1 - 1 / w.shape.load_factor);
+  ASSERT_GT(shift, 0);
+  EXPECT_NEAR(r.exposed[int(Phase::compute)] - r.mean_exposed[int(Phase::compute)], shift, 1e-12);
+  EXPECT_NEAR(r.mean_exposed[int(Phase::ep_alltoall)] - r.exposed[int(Phase::ep_alltoall)], shift, 1e-12);
+  // Capacity mode: every rank runs C tokens per expert, the mean rank is the busiest.
+  ModelSpec capacity = m;
+  capacity.moe.capacity_factor = 1.25;
+  const Workload wc = build_workload(capacity, c, profile, evaluator.spans_for(c));
+  const SimResult rc = simulate_iteration(capacity, c, wc);
+  EXPECT_EQ(rc.mean_exposed, rc.exposed);
+}
+
 }  // namespace
 }  // namespace tedsim

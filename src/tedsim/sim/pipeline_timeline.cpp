@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -42,7 +43,15 @@ struct ChunkWork {
 struct StageWork {
   std::vector<ChunkWork> chunks;
   double nonexpert_params = 0, expert_params = 0;
+  double expert_gemm_s = 0;  // per micro-batch: the expert GEMMs of its MoE layers, every pass
 };
+
+double expert_gemm_seconds(const Block& b) {
+  double s = 0;
+  for (int i = 0; i < b.count; ++i)
+    if (std::strncmp(b.ops[i].name, "expert_fc", 9) == 0) s += b.ops[i].seconds;
+  return s;
+}
 
 std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const StageMap& map) {
   std::vector<StageWork> stages(std::size_t(map.pp));
@@ -64,6 +73,8 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
         const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
         forward(l.forward);
+        if (&l == &w.moe)
+          sw.expert_gemm_s += expert_gemm_seconds(l.forward) + expert_gemm_seconds(l.recompute) + expert_gemm_seconds(l.backward);
         sw.nonexpert_params += l.nonexpert_grad_elems;
         sw.expert_params += l.expert_grad_elems;
       }
@@ -489,11 +500,36 @@ bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) 
   return true;
 }
 
+// Dropless with experts over several ranks: the timeline runs the busiest rank (load_factor times
+// the mean expert tokens), which sets everyone's pace. A rank of mean load computes its experts
+// in 1/load_factor of that time and waits the rest inside the all-to-all that combines their
+// output: the mean over ranks (mean_exposed) moves that share from compute to ep_alltoall.
+void mean_rank_imbalance(SimResult& r, const Workload& w, const std::vector<StageWork>& work) {
+  if (w.shape.e <= 1 || w.shape.load_factor <= 1.0) return;
+  double expert_s = 0;
+  for (const StageWork& sw : work) expert_s += sw.expert_gemm_s;
+  const double shift = expert_s / double(work.size()) * w.shape.ga * (1.0 - 1.0 / w.shape.load_factor);
+  r.mean_exposed[int(Phase::compute)] -= shift;
+  r.mean_exposed[int(Phase::ep_alltoall)] += shift;
+}
+
+SimResult simulate(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
+                   const std::vector<StageWork>& work, TraceRecorder* trace);
+
 }  // namespace
 
 SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
                              TraceRecorder* trace) {
   const std::vector<StageWork> work = stage_work(m, w, map);
+  SimResult r = simulate(m, c, w, map, work, trace);
+  mean_rank_imbalance(r, w, work);
+  return r;
+}
+
+namespace {
+
+SimResult simulate(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
+                   const std::vector<StageWork>& work, TraceRecorder* trace) {
   const ArrivalSkew skew(c, w);
   PipelineTimeline timeline(m, c, w, map, work, skew, trace);
   const int total = w.shape.ga;
@@ -551,6 +587,8 @@ SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const 
   }
   return timeline.run(total);
 }
+
+}  // namespace
 
 double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageMap& map) {
   double busiest = 0;
