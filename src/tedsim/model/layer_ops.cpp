@@ -75,6 +75,8 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   LayerDims d;
   d.T = s.tokens;
   d.sp = s.sp;
+  d.hidden_dropout = m.hidden_dropout > 0;
+  d.attention_dropout = m.attention_dropout > 0;
   d.T_local = s.sp ? (s.tokens + s.t - 1) / s.t : s.tokens;
   d.h = m.hidden;
   d.s = s.s;
@@ -109,6 +111,12 @@ void tp_block_exit(BlockBuilder& x, const LayerDims& d, const char* allreduce_na
     x.collective(allreduce_name, CollectiveOp::all_reduce, GroupKind::tensor, double(d.T) * d.h * d.B, Phase::tp_allreduce);
 }
 
+// The residual add reads the block's output and the residual and writes the sum; with hidden
+// dropout, Megatron's fused bias-dropout-add also writes a one-byte mask per element.
+double residual_bytes(const LayerDims& d) {
+  return (3.0 * d.B + (d.hidden_dropout ? 1.0 : 0.0)) * double(d.T_local) * double(d.h);
+}
+
 }  // namespace
 
 void attention_forward(BlockBuilder& x, const LayerDims& d) {
@@ -136,11 +144,15 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   x.set_module(kRecomputeCoreAttn);
   x.gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
   x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
+  // Dropout on the probabilities, unfused (Megatron-LM's core attention): reads and writes them
+  // and writes a one-byte mask per element.
+  if (d.attention_dropout)
+    x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.b * d.heads_local) * d.s * d.s);
   x.gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
   x.set_module(0);
   x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.v_head_dim);
   tp_block_exit(x, d, "tp_allreduce_attn", "sp_reducescatter_attn");
-  x.kernel("residual_attn", KernelKind::elementwise, 3.0 * d.T_local * d.h * d.B);
+  x.kernel("residual_attn", KernelKind::elementwise, residual_bytes(d));
   x.set_module(kRecomputeLayernorm);
   x.kernel("layernorm_mlp", KernelKind::layernorm, 2.0 * d.T_local * d.h * d.B);
   x.set_module(0);
@@ -154,7 +166,7 @@ void dense_mlp_forward(BlockBuilder& x, const LayerDims& d) {
   x.gemm("mlp_fc2", d.T, d.h, d.ffn_local_dense);
   tp_block_exit(x, d, "tp_allreduce_mlp", "sp_reducescatter_mlp");
   x.set_module(0);
-  x.kernel("residual_mlp", KernelKind::elementwise, 3.0 * d.T_local * d.h * d.B);
+  x.kernel("residual_mlp", KernelKind::elementwise, residual_bytes(d));
 }
 
 namespace {
@@ -237,7 +249,7 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
     x.collective("dtd_allgather_combine", CollectiveOp::all_gather, GroupKind::tensor, slots * h * B, Phase::tp_allgather);
   x.kernel("combine", KernelKind::combine, (kept + double(router_tokens)) * h * B);
   x.set_module(0);
-  x.kernel("residual_moe", KernelKind::elementwise, 3.0 * d.T_local * d.h * B);
+  x.kernel("residual_moe", KernelKind::elementwise, residual_bytes(d));
 }
 
 // Megatron's vocabulary-parallel embedding: each tensor rank looks up its vocabulary slice and the

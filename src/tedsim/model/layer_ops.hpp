@@ -54,6 +54,7 @@ struct LayerDims {
   std::int64_t shared_local;  // all shared experts' width per tensor rank (0: none)
   double B;  // activation bytes
   bool sp;
+  bool hidden_dropout, attention_dropout;  // the model trains with them (their kernels run)
   // Multi-head latent attention (0 ranks without it): query/key and value head sizes, latents.
   bool mla;
   std::int64_t qk_head_dim, v_head_dim, q_lora, kv_lora, qk_rope;

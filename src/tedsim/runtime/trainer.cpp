@@ -103,6 +103,10 @@ void Trainer::Impl::setup_dims() {
   V = model.vocab;
   V_l = V / t;
   v0 = ti * V_l;
+  if (model.hidden_dropout > 0 || model.attention_dropout > 0)
+    throw InputError("training step: model " + model.name + " trains with dropout (hidden_dropout " +
+                     std::to_string(model.hidden_dropout) + ", attention_dropout " + std::to_string(model.attention_dropout) +
+                     "), which this step does not run yet: validate a copy with both set to 0");
   if (model.is_moe()) {
     E = model.moe.experts;
     El = E / e;

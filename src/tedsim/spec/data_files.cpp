@@ -23,6 +23,9 @@ std::vector<std::string> shipped_names(const std::string& kind) {
   // Shipped Hugging Face configs: models/hf/NAME/config.json, named hf/NAME.
   for (const auto& entry : fs::directory_iterator(fs::path(data_dir()) / kind / "hf", ec))
     if (fs::is_regular_file(entry.path() / "config.json", ec)) names.push_back("hf/" + entry.path().filename().string());
+  // The models of published measurements (scripts/published-results.sh): models/published/NAME.yaml.
+  for (const auto& entry : fs::directory_iterator(fs::path(data_dir()) / kind / "published", ec))
+    if (entry.path().extension() == ".yaml") names.push_back("published/" + entry.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -36,7 +39,10 @@ std::string resolve_data_file(const std::string& kind, const std::string& name_o
     if (fs::is_regular_file(hf, ec)) return hf.string();
   }
   const fs::path shipped = fs::path(data_dir()) / kind / (name_or_path + ".yaml");
-  if (name_or_path.find('/') == std::string::npos && fs::is_regular_file(shipped, ec)) return shipped.string();
+  const bool plain_name = name_or_path.find('/') == std::string::npos;
+  const bool published = name_or_path.rfind("published/", 0) == 0 && name_or_path.find('/', 10) == std::string::npos &&
+                         name_or_path.find("..") == std::string::npos;
+  if ((plain_name || published) && fs::is_regular_file(shipped, ec)) return shipped.string();
   std::string known;
   for (const auto& n : shipped_names(kind)) known += (known.empty() ? "" : ", ") + n;
   std::string singular = kind.substr(0, kind.size() - 1);

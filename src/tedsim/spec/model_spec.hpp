@@ -91,6 +91,10 @@ struct ModelSpec {
   Norm norm = Norm::layernorm;
   bool linear_bias = false;    // biases on every linear layer (GPT-2/3, gpt-oss)
   bool qkv_bias = false;       // biases on the query/key/value projections only (Qwen2)
+  // Dropout probabilities (Megatron-LM's --hidden-dropout / --attention-dropout; GPT-2/3 trained
+  // with 0.1 each, today's LLMs mostly with 0): hidden after attention and after the MLP (fused
+  // with the bias and residual add), attention on the softmax probabilities [b, heads, s, s].
+  double hidden_dropout = 0, attention_dropout = 0;
   int vocab = 0;
   int seq_len = 0;
   Dtype dtype = Dtype::fp16;

@@ -105,6 +105,10 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   m.norm = choice(root, "norm", "layernorm", norms);
   m.linear_bias = root.boolean("bias", false);
   m.qkv_bias = root.boolean("qkv_bias", false);
+  m.hidden_dropout = root.nonnegative_number("hidden_dropout", 0.0);
+  m.attention_dropout = root.nonnegative_number("attention_dropout", 0.0);
+  if (m.hidden_dropout >= 1) root.fail("hidden_dropout", "expected a probability in [0, 1)");
+  if (m.attention_dropout >= 1) root.fail("attention_dropout", "expected a probability in [0, 1)");
   m.vocab = int(root.positive_integer("vocab"));
   m.seq_len = int(root.positive_integer("seq_len"));
   try {

@@ -1,0 +1,58 @@
+// Dropout in the workload: the attention-probability dropout kernel and the mask byte of the fused
+// bias-dropout-add, only for models that train with them; and the model file's keys.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "test_helpers.hpp"
+#include "tedsim/core/error.hpp"
+#include "tedsim/model/workload.hpp"
+
+namespace tedsim {
+namespace {
+
+const Op* find_op(const Block& b, const char* name) {
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
+  return nullptr;
+}
+
+TEST(Dropout, AttentionDropoutIsAKernelOnTheProbabilitiesAndHiddenDropoutAMaskByte) {
+  ModelSpec m = test::model("published/megatron-gpt-1.7b");
+  ASSERT_DOUBLE_EQ(m.attention_dropout, 0.1);
+  ASSERT_DOUBLE_EQ(m.hidden_dropout, 0.1);
+  const test::Bench with(m, "selene");
+  ModelSpec plain = m;
+  plain.hidden_dropout = plain.attention_dropout = 0;
+  const test::Bench without(plain, "selene");
+  const ParallelConfig c = test::config(8, 2, 1, 1, 64);
+  const Workload w = with.workload(c), p = without.workload(c);
+  const Op* drop = find_op(w.dense.forward, "attn_dropout");
+  ASSERT_NE(drop, nullptr);
+  EXPECT_EQ(find_op(p.dense.forward, "attn_dropout"), nullptr);
+  // [b, heads/t, s, s] read and written in fp16, plus a one-byte mask.
+  EXPECT_DOUBLE_EQ(drop->bytes, 5.0 * 1 * (24 / 2) * 2048.0 * 2048.0);
+  EXPECT_NE(find_op(w.dense.backward, "attn_dropout"), nullptr);  // its backward reads the mask
+  // The residual adds carry the mask byte: 3 fp16 tensors [s, h] and 1 byte per element.
+  EXPECT_DOUBLE_EQ(find_op(w.dense.forward, "residual_attn")->bytes, 7.0 * 2048 * 2304);
+  EXPECT_DOUBLE_EQ(find_op(p.dense.forward, "residual_attn")->bytes, 6.0 * 2048 * 2304);
+  EXPECT_GT(w.dense.forward.seconds, p.dense.forward.seconds);
+}
+
+TEST(Dropout, ProbabilitiesOutsideZeroToOneAreRejectedWithTheKey) {
+  const std::string path = ::testing::TempDir() + "tedsim_dropout.yaml";
+  for (const char* bad : {"attention_dropout: 1.0", "hidden_dropout: -0.1"}) {
+    std::ofstream(path) << "name: d\nlayers: 2\nhidden: 64\nheads: 4\nvocab: 128\nseq_len: 32\n" << bad << "\n";
+    try {
+      load_model(path);
+      FAIL() << "accepted " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(bad).substr(0, std::string(bad).find(':'))), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tedsim
