@@ -8,8 +8,8 @@
 #   --check      write nothing; fail (exit 1) when the overall mean absolute error is more than 2
 #                points above the one committed in reports/published-results.md, so a change
 #                cannot quietly make predictions worse
-# Every row runs `tedsim simulate` on the analytic profile: full activation recomputation (as the
-# sources trained), micro-batch 1 unless the row says otherwise, no ZeRO (the sources predate it).
+# Every row runs `tedsim simulate` on the analytic profile with the configuration its source gives
+# (configs/published/results.json says what each source leaves unsaid and what is taken for it).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tedsim="$root/build/tedsim"
@@ -33,22 +33,36 @@ import json, os, subprocess, sys, datetime
 root, tedsim, tmp, out, check = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 spec = json.load(open(os.path.join(root, "configs", "published", "results.json")))
 rows = []
+skipped = []
 for i, r in enumerate(spec["rows"]):
+    label = r.get("label", r["model"].split("/")[-1])
+    if "not_modeled" in r:
+        skipped.append(dict(r, label=label))
+        continue
     result = os.path.join(tmp, f"{i}.json")
-    mb = r.get("micro_batch", 1)
-    cmd = [tedsim, "simulate", "--model", "published/" + r["model"],
-           "--topology", r["topology"], "--gpus", str(r["gpus"]), "--global-batch", str(r["global_batch"]),
-           "--tp", str(r["tp"]), "--pp", str(r["pp"]), "--vpp", str(r.get("vpp", 1)), "--micro-batch", str(mb),
-           "--zero", "0", "--recompute", r.get("recompute", "full"), "--json", result]
-    run = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The sources' own models live in models/published/; shipped models (hf/..., gpt-oss-120b) as named.
+    published = os.path.join(root, "models", "published", r["model"] + ".yaml")
+    model = "published/" + r["model"] if os.path.exists(published) else r["model"]
+    cmd = [tedsim, "simulate", "--model", model, "--topology", r["topology"], "--gpus", str(r["gpus"]),
+           "--global-batch", str(r["global_batch"]), "--tp", str(r["tp"]), "--pp", str(r["pp"]),
+           "--vpp", str(r.get("vpp", 1)), "--ep", str(r.get("ep", 1)), "--micro-batch", str(r.get("micro_batch", 1)),
+           "--zero", str(r.get("zero", 0)), "--recompute", r.get("recompute", "full")]
+    if "seq" in r: cmd += ["--seq", str(r["seq"])]
+    if "dtype" in r: cmd += ["--dtype", r["dtype"]]
+    if "imbalance" in r: cmd += ["--imbalance", str(r["imbalance"])]
+    if r.get("sequence_parallel"): cmd += ["--sequence-parallel"]
+    run = subprocess.run(cmd + ["--json", result], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if run.returncode != 0:
-        sys.exit(f"published-results: row {i} ({r['model']}) failed: {' '.join(cmd)}\n{run.stderr}")
+        sys.exit(f"published-results: row {i} ({label}) failed: {' '.join(cmd)}\n{run.stderr}")
     d = json.load(open(result))
-    if r["unit"] != "tflops_per_gpu":
+    if r["unit"] == "tflops_per_gpu":
+        predicted = d["tflops_per_gpu"]
+    elif r["unit"] == "tokens_per_s_per_gpu":
+        predicted = d["tokens_per_s"] / r["gpus"]
+    else:
         sys.exit(f"published-results: row {i}: unknown unit {r['unit']}")
-    predicted = d["tflops_per_gpu"]
-    rows.append(dict(r, predicted=predicted, error=(predicted - r["value"]) / r["value"], fits=d["fits"],
-                     command="tedsim " + " ".join(c if not c.startswith(root) else os.path.relpath(c, root) for c in cmd[1:-2])))
+    rows.append(dict(r, label=label, predicted=predicted, error=(predicted - r["value"]) / r["value"], fits=d["fits"],
+                     command="tedsim " + " ".join(cmd[1:])))
 def mean_abs(rs): return 100 * sum(abs(x["error"]) for x in rs) / len(rs)
 def max_abs(rs): return 100 * max(abs(x["error"]) for x in rs)
 overall = mean_abs(rows)
@@ -64,8 +78,9 @@ if check:
 lines = ["# Published measurements, re-simulated", "",
          f"Made by `scripts/published-results.sh` on {datetime.date.today()}: every row of "
          "`configs/published/results.json` predicted by `tedsim simulate` on the analytic profile of the shipped topology "
-         "of its machine (one topology per machine for all its rows, no per-row knobs), full activation recomputation as "
-         "the sources trained, micro-batch 1, no ZeRO. TFLOP/s per GPU use the sources' own FLOP count "
+         "of its machine (one topology per machine for all its rows, no per-row knobs), with the configuration the source gives; "
+         "where it gives none, Megatron-LM's of its time (full activation recomputation, micro-batch 1, no ZeRO). TFLOP/s per GPU use "
+         "the sources' own FLOP count "
          "(96 B s l h^2 (1 + s/6h + V/16lh), recomputation included), which is what `tedsim` reports as `tflops_per_gpu`. "
          "Error = (predicted - published) / published.", ""]
 for key, text in spec["sources"].items():
@@ -73,14 +88,19 @@ for key, text in spec["sources"].items():
     if not rs:
         continue
     lines += [f"## {key}", "", text, "",
-              "| model | machine | GPUs | batch | t | p | published | predicted | error | fits | command |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              f"| model | machine | GPUs | batch | t | p | ep | unit | published | predicted | error | fits | command |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rs:
-        lines.append(f"| {x['model']} | {x['topology']} | {x['gpus']} | {x['global_batch']} | {x['tp']} | {x['pp']} | "
-                     f"{x['value']:g} | {x['predicted']:.1f} | {100 * x['error']:+.1f}% | {'yes' if x['fits'] else '**no**'} | "
-                     f"`{x['command']}` |")
+        lines.append(f"| {x['label']} | {x['topology']} | {x['gpus']} | {x['global_batch']} | {x['tp']} | {x['pp']} | {x.get('ep', 1)} | "
+                     f"{x['unit']} | {x['value']:g} | {x['predicted']:.1f} | {100 * x['error']:+.1f}% | "
+                     f"{'yes' if x['fits'] else '**no**'} | `{x['command']}` |")
+    for x in skipped:
+        if x["source"] == key:
+            lines.append(f"| {x['label']} | {x['topology']} | {x['gpus']} | {x['global_batch']} | {x['tp']} | {x['pp']} | {x.get('ep', 1)} | "
+                         f"{x['unit']} | {x['value']:g} | - | not modeled: {x['not_modeled']} | - | - |")
     lines += ["", f"Mean absolute error {mean_abs(rs):.1f}%, largest {max_abs(rs):.1f}% ({len(rs)} rows).", ""]
-lines += ["## Overall", "", f"Overall mean absolute error: {overall:.1f}% over {len(rows)} rows; largest {max_abs(rows):.1f}%.", ""]
+lines += ["## Overall", "", f"Overall mean absolute error: {overall:.1f}% over {len(rows)} rows; largest {max_abs(rows):.1f}%"
+          + (f"; {len(skipped)} row(s) not modeled (listed above)." if skipped else "."), ""]
 notes = os.path.join(root, "reports", "published-results-notes.md")
 if os.path.exists(notes):
     lines += [open(notes).read().rstrip(), ""]

@@ -8,24 +8,25 @@
 namespace tedsim {
 
 ArrivalSkew::ArrivalSkew(const ParallelConfig& c, const Workload& w) : w_(w) {
-  const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
   constexpr GroupKind kinds[4] = {GroupKind::tensor, GroupKind::expert, GroupKind::data, GroupKind::expert_data};
-  std::array<std::vector<int>, 4> members;
+  // Asking once, at a segment inside any calibration's range, tells whether this profile makes
+  // any group wait at all; the analytic profile never does, and then nothing else is built (the
+  // search evaluates hundreds of thousands of configurations).
   for (int k = 0; k < 4; ++k) {
-    members[std::size_t(k)] = layout.group_members(kinds[k], 0);
     span_[std::size_t(k)] = w.spans.of(kinds[k]).widest();
-    multi_[std::size_t(k)] = members[std::size_t(k)].size() > 1;
+    multi_[std::size_t(k)] = span_[std::size_t(k)].ranks > 1;
+    if (multi_[std::size_t(k)] && w.profile && w.profile->arrival_wait_seconds(span_[std::size_t(k)], 1e-3) > 0)
+      active_ = true;
   }
+  if (!active_) return;
+  const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
+  std::array<std::vector<int>, 4> members;
+  for (int k = 0; k < 4; ++k) members[std::size_t(k)] = layout.group_members(kinds[k], 0);
   for (int a = 0; a < 4; ++a)
     for (int b = 0; b < 4; ++b) {
       const std::vector<int>&A = members[std::size_t(a)], &B = members[std::size_t(b)];
       contains_[std::size_t(a)][std::size_t(b)] = std::includes(A.begin(), A.end(), B.begin(), B.end());
     }
-  // Asking once, at a segment inside any calibration's range, tells whether this profile makes
-  // any group wait at all.
-  for (int k = 0; k < 4; ++k)
-    if (multi_[std::size_t(k)] && w.profile && w.profile->arrival_wait_seconds(span_[std::size_t(k)], 1e-3) > 0)
-      active_ = true;
   for (const LayerBlocks* l : {&w.dense, &w.moe})
     for (const Block* b : {&l->forward, &l->recompute, &l->backward}) add_skeleton(*b);
   for (const Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward}) add_skeleton(*b);
