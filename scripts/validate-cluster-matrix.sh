@@ -87,11 +87,13 @@ for name, v in rows:
 lines += ["", "Largest iteration error: %.1f%% (target 20%%). Cross-node phases beyond 25%%: %s." % (
               100 * worst, ", ".join(off) if off else "none"), "",
           "Four ranks share the build machine's two cores, so a rank waiting in a collective often waits for a "
-          "partner that is not running: the phases of blocking collectives (the tensor all-reduce inside a node, "
-          "the expert all-to-all) measure that wait, which the prediction does not contain (the arrival skew of "
-          "issue 11). The gradient sync, one large transfer per step over the shaped links, is what the cluster "
-          "itself decides. Collective sizes are calibrated up to 16 MiB (`--max-bytes`), so the gradient "
-          "buckets are measured, not extrapolated.", "",
+          "partner that is not running. Calibration measures that wait per group shape (the arrival-skew table "
+          "below) and the prediction adds it to every blocking collective, from the compute its group did since it "
+          "last met; with four ranks on two cores the wait and the compute itself still move by tens of percent "
+          "between the calibration and the validation minutes later, most on the t = 2 rows, whose tensor "
+          "all-reduces are many and short. The gradient sync, one large transfer per step over the shaped links, "
+          "is what the cluster itself decides. Collective sizes are calibrated up to 16 MiB (`--max-bytes`), so the "
+          "gradient buckets are measured, not extrapolated.", "",
           "## The rank layout, predicted against measured", "",
           "| layout pair | predicted faster | measured faster | predicted ms (ted / dbe) | measured ms (ted / dbe) |",
           "|---|---|---|---|---|"]
