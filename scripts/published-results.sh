@@ -63,6 +63,17 @@ for i, r in enumerate(spec["rows"]):
         sys.exit(f"published-results: row {i}: unknown unit {r['unit']}")
     rows.append(dict(r, label=label, predicted=predicted, error=(predicted - r["value"]) / r["value"], fits=d["fits"],
                      command="tedsim " + " ".join(cmd[1:])))
+# The collective bandwidths: `tedsim profile collective` on the analytic profile of the machine.
+bandwidths = []
+for i, b in enumerate(spec.get("bandwidths", [])):
+    result = os.path.join(tmp, f"bw{i}.json")
+    cmd = [tedsim, "profile", "collective", "--topology", b["topology"], "--op", b["op"], "--ranks", str(b["ranks"]),
+           "--bytes", str(b["bytes"])]
+    run = subprocess.run(cmd + ["--json", result], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if run.returncode != 0:
+        sys.exit(f"published-results: bandwidth row {i} ({b['label']}) failed: {' '.join(cmd)}\n{run.stderr}")
+    predicted = json.load(open(result))["sizes"][0][b["metric"]]
+    bandwidths.append(dict(b, predicted=predicted, error=(predicted - b["value"]) / b["value"], command="tedsim " + " ".join(cmd[1:])))
 def mean_abs(rs): return 100 * sum(abs(x["error"]) for x in rs) / len(rs)
 def max_abs(rs): return 100 * max(abs(x["error"]) for x in rs)
 overall = mean_abs(rows)
@@ -101,6 +112,19 @@ for key, text in spec["sources"].items():
     lines += ["", f"Mean absolute error {mean_abs(rs):.1f}%, largest {max_abs(rs):.1f}% ({len(rs)} rows).", ""]
 lines += ["## Overall", "", f"Overall mean absolute error: {overall:.1f}% over {len(rows)} rows; largest {max_abs(rows):.1f}%"
           + (f"; {len(skipped)} row(s) not modeled (listed above)." if skipped else "."), ""]
+if bandwidths:
+    lines += ["## Collective bandwidths", "",
+              "A separate table: what the analytic link model of each machine gives for the collectives its published "
+              "benchmarks ran (`tedsim profile collective`), against those benchmarks.", ""]
+    for key, text in spec["bandwidth_sources"].items():
+        bs = [x for x in bandwidths if x["source"] == key]
+        lines += [f"### {key}", "", text, "", "| case | machine | ranks | bytes | metric | published GB/s | predicted GB/s | error | command |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for x in bs:
+            lines.append(f"| {x['label']} | {x['topology']} | {x['ranks']} | {x['bytes']} | {x['metric']} | {x['value']:g} | "
+                         f"{x['predicted']:.1f} | {100 * x['error']:+.1f}% | `{x['command']}` |")
+        lines += ["", f"Mean absolute error {mean_abs(bs):.1f}%, largest {max_abs(bs):.1f}% ({len(bs)} rows).", ""]
+    lines += [f"Collective bandwidths overall: mean absolute error {mean_abs(bandwidths):.1f}% over {len(bandwidths)} rows.", ""]
 notes = os.path.join(root, "reports", "published-results-notes.md")
 if os.path.exists(notes):
     lines += [open(notes).read().rstrip(), ""]

@@ -11,5 +11,7 @@ using Action = std::function<int()>;
 
 void register_calibrate(CLI::App& app, Action& action);
 void register_profile(CLI::App& app, Action& action);
+// `tedsim profile collective` (cmd_profile_collective.cpp), under the profile command.
+void register_profile_collective(CLI::App& profile_cmd, Action& action);
 
 }  // namespace tedsim::cli

@@ -142,7 +142,7 @@ int run_diff(const std::string& a_path, const std::string& b_path) {
 }  // namespace
 
 void register_profile(CLI::App& app, Action& action) {
-  CLI::App* cmd = app.add_subcommand("profile", "inspect measured profiles (written by tedsim calibrate)");
+  CLI::App* cmd = app.add_subcommand("profile", "inspect measured profiles (written by tedsim calibrate) and what a profile says a collective costs");
   cmd->require_subcommand(1);
   auto file = std::make_shared<std::string>();
   CLI::App* show = cmd->add_subcommand("show", "provenance and every measured point of a profile");
@@ -155,6 +155,7 @@ void register_profile(CLI::App& app, Action& action) {
   diff->add_option("A", *a, "first profile")->required();
   diff->add_option("B", *b, "second profile")->required();
   diff->callback([a, b, &action] { action = [a, b] { return run_diff(*a, *b); }; });
+  register_profile_collective(*cmd, action);
 }
 
 }  // namespace tedsim::cli
