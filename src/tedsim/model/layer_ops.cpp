@@ -142,6 +142,9 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     x.gemm("qkv_proj", d.T, d.qkv_out, d.h);
   }
   x.set_module(kRecomputeCoreAttn);
+  // Layout changes around the core: the projection's [tokens, q|k|v] into per-head [heads, s, d]
+  // (read and written once), and the context back to [tokens, heads x d].
+  x.kernel("attn_split_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.qkv_out) * d.B);
   x.gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
   x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
   // Dropout on the probabilities, unfused (Megatron-LM's core attention): reads and writes them
@@ -149,6 +152,7 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   if (d.attention_dropout)
     x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.b * d.heads_local) * d.s * d.s);
   x.gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
+  x.kernel("attn_merge_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.heads_local * d.v_head_dim) * d.B);
   x.set_module(0);
   x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.v_head_dim);
   tp_block_exit(x, d, "tp_allreduce_attn", "sp_reducescatter_attn");
@@ -218,6 +222,9 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   const double shared_seconds = x.seconds_since(shared_first);
   x.kernel("dispatch", KernelKind::dispatch, (kept + slots) * h * B);
   const double a2a_bytes = E * double(s.capacity_a2a) * h * B;
+  // DTD: each tensor rank sends its 1/t slice of every expert's capacity (copied out of the
+  // dispatch buffer), and the combine's gather is copied back into place.
+  if (dtd_split) x.kernel("dtd_slice", KernelKind::elementwise, 2.0 * a2a_bytes);
   // FP8 training dispatches FP8 tokens with one fp32 scale per 128 values (DeepEP's low-precision
   // dispatch) and combines in bf16.
   const double dispatch_bytes = s.dtype == Dtype::fp8 ? E * double(s.capacity_a2a) * h * (1.0 + 4.0 / 128.0) : a2a_bytes;
@@ -229,6 +236,11 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
                  gathered_slots * h * B, Phase::tp_allgather);
   // The local experts run as one grouped GEMM (batch = local experts) of the busiest rank's rows.
   const std::int64_t rows = s.expert_rows;
+  // Received tokens arrive source-rank-major; several local experts need them expert-major
+  // (Megatron-Core's sort_chunks_by_idxs after the dispatch, and back before the combine).
+  const bool regroup = s.e > 1 && s.local_experts > 1;
+  const double received_bytes = double(rows) * s.local_experts * h * B;
+  if (regroup) x.kernel("expert_major_layout", KernelKind::elementwise, 2.0 * received_bytes);
   const std::int64_t fc1_out = d.fc1_factor * s.ffn_local;
   x.gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
   x.set_module(kRecomputeMoe | kRecomputeMoeAct);
@@ -243,10 +255,13 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
     else
       x.collective("tp_allreduce_expert", CollectiveOp::all_reduce, GroupKind::tensor, out_bytes, Phase::tp_allreduce);
   }
+  if (regroup) x.kernel("expert_major_unlayout", KernelKind::elementwise, 2.0 * received_bytes);
   const int combine_a2a = x.collective_at("ep_alltoall_combine", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
   if (c.shared_expert_overlap && shared_seconds > 0) x.hide_behind(shared_seconds, {dispatch_a2a, combine_a2a});
-  if (dtd_split)
+  if (dtd_split) {
     x.collective("dtd_allgather_combine", CollectiveOp::all_gather, GroupKind::tensor, slots * h * B, Phase::tp_allgather);
+    x.kernel("dtd_unslice", KernelKind::elementwise, 2.0 * slots * h * B);
+  }
   x.kernel("combine", KernelKind::combine, (kept + double(router_tokens)) * h * B);
   x.set_module(0);
   x.kernel("residual_moe", KernelKind::elementwise, residual_bytes(d));

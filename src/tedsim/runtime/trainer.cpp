@@ -1,6 +1,7 @@
 // The Trainer: builds the TED groups and this rank's slice of the global model, runs micro-batches
 // (forward, recompute, backward) and the step; the parts are in trainer_layers.cpp,
 // trainer_head.cpp and trainer_sync.cpp.
+#include "tedsim/runtime/kernel_census.hpp"
 #include "tedsim/runtime/trainer_impl.hpp"
 #include "tedsim/kernels/cpu/router_of_model.hpp"
 
@@ -29,7 +30,7 @@ const std::vector<std::string>& step_slice_names() {
 void require_step_backend(Backend backend) { require_step_ops(backend); }
 
 Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o)
-    : ops_holder(make_step_ops(w.backend())),
+    : ops_holder(o.census ? with_census(make_step_ops(w.backend()), *o.census) : make_step_ops(w.backend())),
       ops(*ops_holder),
       memory_scope(ops.memory()),
       world(w),

@@ -39,6 +39,8 @@ enum PhaseIndex { kCompute, kTpAllReduce, kTpAllGather, kEpAllToAll, kDpGradSync
 const char* phase_key(int phase);  // "compute", "tp_allreduce", ...
 using PhaseSeconds = std::array<double, kPhaseCount>;
 
+struct KernelCensus;  // kernel_census.hpp
+
 struct TrainerOptions {
   std::uint64_t seed = 1234;
   float lr = 1e-3f;
@@ -52,6 +54,8 @@ struct TrainerOptions {
   bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
   bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
   bool record_slices = false;     // keep each timed region of a step (StepStats::slices)
+  // Counts every kernel the step runs (kernel_census.hpp); must outlive the Trainer.
+  KernelCensus* census = nullptr;
 };
 
 // One timed region of a step on this rank: a collective, the optimizer, a piece of the head, named

@@ -1,7 +1,10 @@
-// Dropout in the workload: the attention-probability dropout kernel and the mask byte of the fused
-// bias-dropout-add, only for models that train with them; and the model file's keys.
+// Ops of the workload: dropout (the attention-probability kernel and the mask byte of the fused
+// bias-dropout-add) only for models that train with it, the model file's dropout keys, and the
+// longest block within Block::kMaxOps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 
@@ -52,6 +55,33 @@ TEST(Dropout, ProbabilitiesOutsideZeroToOneAreRejectedWithTheKey) {
           << e.what();
     }
   }
+}
+
+}  // namespace
+}  // namespace tedsim
+
+namespace tedsim {
+namespace {
+
+// The longest block (an MoE backward with every optional op) fits Block::kMaxOps with room.
+TEST(BlockCapacity, TheLongestMoeBlockFits) {
+  int longest = 0;
+  for (const char* name : {"deepseek-v3", "qwen3-235b-a22b", "mixtral-8x7b", "gpt-oss-120b"}) {
+    const test::Bench bench(test::model(name), "dgx-h100");
+    for (int tp : {1, 2, 8})
+      for (int ep : {1, 8})
+        for (bool sp : {false, true})
+          for (bool dtd : {false, true}) {
+            ParallelConfig c = test::config(64, tp, ep, 1, 64);
+            c.sequence_parallel = sp && tp > 1;
+            c.dtd = dtd && !c.sequence_parallel;
+            c.recompute = Recompute::full;
+            const Workload w = bench.workload(c);
+            for (const Block* b : {&w.moe.forward, &w.moe.recompute, &w.moe.backward}) longest = std::max(longest, b->count);
+          }
+  }
+  std::printf("longest MoE block: %d ops (Block::kMaxOps %d)\n", longest, Block::kMaxOps);
+  EXPECT_LE(longest + 8, Block::kMaxOps);
 }
 
 }  // namespace
