@@ -236,9 +236,11 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
                  gathered_slots * h * B, Phase::tp_allgather);
   // The local experts run as one grouped GEMM (batch = local experts) of the busiest rank's rows.
   const std::int64_t rows = s.expert_rows;
-  // Received tokens arrive source-rank-major; several local experts need them expert-major
-  // (Megatron-Core's sort_chunks_by_idxs after the dispatch, and back before the combine).
-  const bool regroup = s.e > 1 && s.local_experts > 1;
+  // Received tokens arrive source-rank-major (every expert rank's, and with DTD or SP every tensor
+  // rank's after the gather); several local experts need them expert-major (Megatron-Core's
+  // sort_chunks_by_idxs after the dispatch, and back before the combine).
+  const int sources = s.e * (c.expert_tp && (dtd_split || d.sp) ? s.t : 1);  // ranks whose tokens arrive
+  const bool regroup = sources > 1 && s.local_experts > 1;
   const double received_bytes = double(rows) * s.local_experts * h * B;
   if (regroup) x.kernel("expert_major_layout", KernelKind::elementwise, 2.0 * received_bytes);
   const std::int64_t fc1_out = d.fc1_factor * s.ffn_local;

@@ -17,14 +17,17 @@ void Trainer::Impl::unslice_cap(const float* src, float* dst) {
                   blk, E);
 }
 
+// With one source the layouts coincide: a plain copy (the experts keep their input for backward).
 void Trainer::Impl::to_expert_major(const float* src, float* dst, int S) {
   const std::size_t blk = static_cast<std::size_t>(Cp) * h;
+  if (S == 1) return ops.copy(dst, src, El * blk);
   for (int sr = 0; sr < S; ++sr)
     ops.copy_rows(dst + sr * blk, S * blk, src + static_cast<std::size_t>(sr) * El * blk, blk, blk, El);
 }
 
 void Trainer::Impl::from_expert_major(const float* src, float* dst, int S) {
   const std::size_t blk = static_cast<std::size_t>(Cp) * h;
+  if (S == 1) return ops.copy(dst, src, El * blk);
   for (int sr = 0; sr < S; ++sr)
     ops.copy_rows(dst + static_cast<std::size_t>(sr) * El * blk, blk, src + sr * blk, S * blk, blk, El);
 }
