@@ -77,6 +77,34 @@ for i, b in enumerate(spec.get("bandwidths", [])):
 def mean_abs(rs): return 100 * sum(abs(x["error"]) for x in rs) / len(rs)
 def max_abs(rs): return 100 * max(abs(x["error"]) for x in rs)
 overall = mean_abs(rows)
+# Each machine's range of throughput errors: the `published_error` block of its topology, which
+# tedsim prints beside every analytic prediction on that machine.
+import re
+by_topology = {}
+for x in rows:
+    by_topology.setdefault(x["topology"], []).append(x["error"])
+def topology_file(name): return os.path.join(root, "topologies", name + ".yaml")
+def block(errors):
+    return ("published_error:          # scripts/published-results.sh: throughput (predicted - published) / published\n"
+            f"  rows: {len(errors)}\n  min: {min(errors):.3f}\n  max: {max(errors):.3f}\n")
+pattern = re.compile(r"^published_error:.*\n(?:  .*\n)*", re.M)
+stale = []
+for name, errors in sorted(by_topology.items()):
+    text = open(topology_file(name)).read()
+    m = pattern.search(text)
+    want = block(errors)
+    if check:
+        got = m.group(0) if m else ""
+        nums = lambda t: [float(v) for v in re.findall(r"^  (?:rows|min|max): (\S+)", t, re.M)]
+        if not m or len(nums(got)) != 3 or any(abs(a - b) > 0.005 for a, b in zip(nums(got), nums(want))):
+            stale.append(f"{topology_file(name)}: published_error should be\n{want}")
+    else:
+        text = text[:m.start()] + want + text[m.end():] if m else text.rstrip("\n") + "\n" + want
+        open(topology_file(name) + ".tmp", "w").write(text)
+        os.replace(topology_file(name) + ".tmp", topology_file(name))
+if check and stale:
+    sys.exit("published-results: the topologies' published_error blocks differ from the measurements' (run "
+             "scripts/published-results.sh to rewrite them):\n" + "\n".join(stale))
 if check:
     committed = None
     for line in open(out):

@@ -224,6 +224,23 @@ std::optional<std::pair<double, double>> print_profile_spread(std::ostream& out,
   return std::make_pair(low, high);
 }
 
+std::optional<std::pair<double, double>> print_published_range(std::ostream& out, const Inputs& inputs,
+                                                               double predicted_s) {
+  const PublishedError& e = inputs.topology.published;
+  if (e.rows == 0 || predicted_s <= 0 || dynamic_cast<const MeasuredProfile*>(inputs.profile.get())) return std::nullopt;
+  // Throughput error e = predicted / published - 1, so the measured time is (1 + e) x the predicted.
+  const double low = predicted_s * (1 + e.min), high = predicted_s * (1 + e.max);
+  const auto pct = [](double x) { return fixed(100 * std::fabs(x), 0) + "%"; };
+  const std::string how = e.min >= 0   ? pct(e.min) + " to " + pct(e.max) + " more"
+                          : e.max <= 0 ? pct(e.max) + " to " + pct(e.min) + " less"
+                                       : "from " + pct(e.min) + " less to " + pct(e.max) + " more";
+  out << "published error: on " << e.rows << " published measurements of " << inputs.topology.name
+      << " the analytic profile predicted " << how
+      << " throughput than measured (reports/published-results.md); erring alike, this plan takes "
+      << human_seconds(low) << " to " << human_seconds(high) << " per iteration\n";
+  return std::make_pair(low, high);
+}
+
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s) {
   const auto* measured = dynamic_cast<const MeasuredProfile*>(inputs.profile.get());
   if (!measured || predicted_s <= 0) return -1;

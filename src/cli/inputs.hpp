@@ -89,6 +89,11 @@ double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const Par
 // With a measured profile: the iteration of `config` when every measured point takes its fastest,
 // then its slowest repetition, printed as "profile spread: ..." and returned as (low, high) for
 // the JSON's iteration_time_s_range. Nothing (and no line) for an analytic profile.
+// With the analytic profile of a topology that carries a `published_error`: the iteration time a
+// plan takes if it errs as this machine's published measurements did, printed and returned
+// (fastest, slowest); nothing otherwise.
+std::optional<std::pair<double, double>> print_published_range(std::ostream& out, const Inputs& inputs,
+                                                               double predicted_s);
 std::optional<std::pair<double, double>> print_profile_spread(std::ostream& out, const Inputs& inputs,
                                                               const ParallelConfig& config);
 // Human-readable output goes to stderr when JSON goes to stdout.

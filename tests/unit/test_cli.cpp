@@ -7,6 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tedsim/spec/data_files.hpp"
+#include "tedsim/spec/topology_spec.hpp"
+
 namespace {
 
 struct CommandRun {
@@ -211,3 +214,33 @@ TEST(Cli, SearchThreadsGiveTheSameRanking) {
   b.erase("seconds");
   EXPECT_EQ(a.dump(), b.dump());  // byte-identical but for the time it took
 }
+
+namespace tedsim {
+namespace {
+
+// An analytic prediction on a machine with published measurements carries their error as a range:
+// printed, and in the JSON, (1 + min) to (1 + max) times the predicted iteration.
+TEST(Cli, AnalyticPredictionsCarryTheirMachinesPublishedError) {
+  const TopologySpec selene = load_topology(resolve_data_file("topologies", "selene"));
+  ASSERT_GT(selene.published.rows, 0);
+  const std::string args = "simulate --model published/megatron-gpt-1.7b --topology selene --gpus 32 --tp 1 --ep 1 --pp 1 "
+                           "--global-batch 512 --zero 0 --recompute full";
+  const CommandRun text = run_tedsim(args);
+  ASSERT_EQ(text.code, 0);
+  EXPECT_NE(text.out.find("published error: on " + std::to_string(selene.published.rows) + " published measurements of selene"),
+            std::string::npos) << text.out;
+  const CommandRun r = run_tedsim(args + " --json -");
+  ASSERT_EQ(r.code, 0);
+  const nlohmann::json d = nlohmann::json::parse(r.out);
+  const double t = d["iteration_time_s"].get<double>();
+  ASSERT_TRUE(d.contains("iteration_time_s_range")) << r.out.substr(0, 400);
+  EXPECT_NEAR(d["iteration_time_s_range"][0].get<double>(), t * (1 + selene.published.min), 1e-9 * t);
+  EXPECT_NEAR(d["iteration_time_s_range"][1].get<double>(), t * (1 + selene.published.max), 1e-9 * t);
+  // A machine without published measurements has no such range.
+  const CommandRun plain = run_tedsim("simulate --model tiny-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --json -");
+  ASSERT_EQ(plain.code, 0);
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("iteration_time_s_range"));
+}
+
+}  // namespace
+}  // namespace tedsim

@@ -73,6 +73,15 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
   t.memory_efficiency_by_bytes = eff.curve("memory_by_bytes");
   check_fraction_curve(eff, "memory_by_bytes", t.memory_efficiency_by_bytes);
   eff.reject_unknown_keys();
+  if (root.has("published_error")) {
+    const YamlMap pub = root.child("published_error");
+    t.published.rows = int(pub.positive_integer("rows"));
+    t.published.min = pub.number("min");
+    t.published.max = pub.number("max");
+    if (t.published.min > t.published.max) pub.fail("max", "expected max >= min");
+    if (t.published.min <= -1) pub.fail("min", "expected an error above -1 (a throughput ratio minus 1)");
+    pub.reject_unknown_keys();
+  }
   root.reject_unknown_keys();
   return t;
 }

@@ -29,6 +29,14 @@ struct LinkSpec {
   double efficiency = 1.0;        // fraction of bandwidth collectives achieve (bus bandwidth)
 };
 
+// How the analytic profile of this machine did against the published measurements of it
+// (scripts/published-results.sh, which checks these numbers against its report): the throughput
+// error (predicted - published) / published over its rows, lowest and highest.
+struct PublishedError {
+  int rows = 0;  // 0: no published measurement of this machine is re-simulated
+  double min = 0, max = 0;
+};
+
 struct TopologySpec {
   std::string name;
   std::string source;
@@ -41,6 +49,7 @@ struct TopologySpec {
   Curve gemm_efficiency_by_flops;     // fraction of peak vs FLOPs of one GEMM
   Curve gemm_efficiency_by_min_dim;   // multiplier vs the smallest of m, n, k
   Curve memory_efficiency_by_bytes;   // fraction of memory bandwidth vs bytes moved
+  PublishedError published;           // optional `published_error` block
 
   bool is_gpu() const { return device.kind == "gpu"; }
 };
