@@ -31,7 +31,8 @@ bool same_span(const GroupSpan& a, const GroupSpan& b) {
 // What to measure, flattened to doubles so rank 0 can share it through host_max (every other rank
 // contributes zeros): GEMMs (m, n, k, batch, dtype), kernels (kind, bytes, dtype), collectives
 // (op, group kind, ranks, nodes, rpn, gpn, islands, bytes), arrival-skew group shapes (group kind,
-// ranks, nodes, rpn) and the GEMM their loop computes with (m, n, k, batch, dtype).
+// ranks, nodes, the one segment to add, or 0 for a shape never measured: host_max shares these, so
+// nothing is negative) and the GEMM their loop computes with (m, n, k, batch, dtype).
 struct Missing {
   std::vector<double> gemms, kernels, collectives, skews, skew_gemm;
 };
@@ -109,19 +110,24 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
                                   double(c.span.max_ranks_per_node), double(c.span.groups_per_node),
                                   c.span.crosses_islands ? 1.0 : 0.0, c.bytes});
     }
-    for (const GroupSpan& span : recording.skews()) {
-      const bool have = std::any_of(data.skews.begin(), data.skews.end(), [&](const SkewPoint& p) {
-        return p.span.ranks == span.ranks && p.span.nodes == span.nodes;
-      });
+    for (const SkewLookup& asked : recording.skews()) {
+      const GroupSpan& span = asked.span;
+      double longest = -1;  // the longest segment measured on this shape (-1: none)
+      for (const SkewPoint& p : data.skews)
+        if (p.span.ranks == span.ranks && p.span.nodes == span.nodes) longest = std::max(longest, p.compute_s);
       int kind = -1;
       for (GroupKind gk : TedGroups::kinds) {
         const SpanSet& set = spans.of(gk);
         for (int i = 0; i < set.count; ++i)
           if (same_span(set.spans[std::size_t(i)], span)) kind = int(gk);
       }
-      if (have || kind < 0) continue;
+      // Measured already, and no segment asked far beyond the measured ones: nothing to do.
+      const bool far = asked.longest_compute_s > MeasuredProfile::kFarFactor * longest;
+      if (kind < 0 || (longest >= 0 && !far)) continue;
+      // A shape never measured gets quick calibration's segments; one measured on shorter segments
+      // the job's longest (at most 2 s).
       missing.skews.insert(missing.skews.end(), {double(kind), double(span.ranks), double(span.nodes),
-                                                 double(span.max_ranks_per_node)});
+                                                 longest < 0 ? 0.0 : std::min(asked.longest_compute_s, 2.0)});
     }
     if (!missing.skews.empty()) {
       // The loop's GEMM: the measured one nearest 100 us, else the job's first.
@@ -235,7 +241,9 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
       SkewCaseSpec sc;
       sc.kind = GroupKind(int(c[0]));
       sc.span = spans.of(sc.kind).widest();
-      for (double segment : kJobSkewSegments) {
+      const std::vector<double> segments =
+          c[3] <= 0 ? std::vector<double>(std::begin(kJobSkewSegments), std::end(kJobSkewSegments)) : std::vector<double>{c[3]};
+      for (double segment : segments) {
         watchdog::at_step(++step);
         sc.compute_s = segment;
         data.skews.push_back(measure_arrival_skew(world, groups.group(sc.kind), *bench, gemm, gemm_s, sc, 5));

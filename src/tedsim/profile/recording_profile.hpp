@@ -2,6 +2,7 @@
 // A profile that answers from another and remembers every question: the GEMM shapes, kernel sizes
 // and collectives (op, group shape, bytes) a prediction asks about, each once, in first-asked
 // order. `validate --calibrate` measures the ones its profile cannot answer from measured points.
+#include <algorithm>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -14,6 +15,11 @@ struct KernelLookup {
   KernelKind kind;
   double bytes;
   Dtype dtype;
+};
+
+struct SkewLookup {
+  GroupSpan span;
+  double longest_compute_s;  // the longest compute segment asked about
 };
 
 struct CollectiveLookup {
@@ -47,10 +53,15 @@ class RecordingProfile final : public Profile {
   }
   double p2p_seconds(const GroupSpan& span, double bytes) const override { return inner_.p2p_seconds(span, bytes); }
   double arrival_wait_seconds(const GroupSpan& span, double compute_s) const override {
-    if (span.ranks > 1 && seen_.insert(std::make_tuple('s', std::int64_t(span.ranks), std::int64_t(span.nodes),
-                                                       std::int64_t(0), std::int64_t(0), 0, 0.0))
-                              .second)
-      skews_.push_back(span);
+    if (span.ranks > 1) {
+      bool found = false;
+      for (SkewLookup& s : skews_)
+        if (s.span.ranks == span.ranks && s.span.nodes == span.nodes) {
+          s.longest_compute_s = std::max(s.longest_compute_s, compute_s);
+          found = true;
+        }
+      if (!found) skews_.push_back({span, compute_s});
+    }
     return inner_.arrival_wait_seconds(span, compute_s);
   }
   std::string describe() const override { return inner_.describe(); }
@@ -58,7 +69,7 @@ class RecordingProfile final : public Profile {
   const std::vector<GemmShape>& gemms() const { return gemms_; }
   const std::vector<KernelLookup>& kernels() const { return kernels_; }
   const std::vector<CollectiveLookup>& collectives() const { return collectives_; }
-  const std::vector<GroupSpan>& skews() const { return skews_; }  // group shapes asked for their arrival wait
+  const std::vector<SkewLookup>& skews() const { return skews_; }  // group shapes asked for their arrival wait
 
  private:
   const Profile& inner_;
@@ -66,7 +77,7 @@ class RecordingProfile final : public Profile {
   mutable std::vector<GemmShape> gemms_;
   mutable std::vector<KernelLookup> kernels_;
   mutable std::vector<CollectiveLookup> collectives_;
-  mutable std::vector<GroupSpan> skews_;
+  mutable std::vector<SkewLookup> skews_;
 };
 
 }  // namespace tedsim
