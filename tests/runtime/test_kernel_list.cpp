@@ -48,41 +48,47 @@ Priced priced(const Workload& w) {
 }
 
 using Check = std::function<bool(const Priced&)>;
+Check of_kind(KernelKind k) {
+  return [k](const Priced& p) { return p.kind(k); };
+}
+Check named(const char* prefix) {
+  return [prefix](const Priced& p) { return p.has(prefix); };
+}
 
 // Each StepOps kernel and the workload op that prices it.
 const std::map<std::string, Check>& priced_as() {
   static const std::map<std::string, Check> table = {
       {"gemm", [](const Priced& p) { return p.gemm; }},
-      {"add_into", [](const Priced& p) { return p.has("residual_"); }},
-      {"layernorm_forward", [](const Priced& p) { return p.kind(KernelKind::layernorm); }},
-      {"layernorm_backward", [](const Priced& p) { return p.kind(KernelKind::layernorm); }},
-      {"rmsnorm_forward", [](const Priced& p) { return p.kind(KernelKind::layernorm); }},
-      {"rmsnorm_backward", [](const Priced& p) { return p.kind(KernelKind::layernorm); }},
-      {"gelu_forward", [](const Priced& p) { return p.kind(KernelKind::activation); }},
-      {"gelu_backward", [](const Priced& p) { return p.kind(KernelKind::activation); }},
-      {"swiglu_forward", [](const Priced& p) { return p.kind(KernelKind::activation); }},
-      {"swiglu_backward", [](const Priced& p) { return p.kind(KernelKind::activation); }},
+      {"add_into", named("residual_")},
+      {"layernorm_forward", of_kind(KernelKind::layernorm)},
+      {"layernorm_backward", of_kind(KernelKind::layernorm)},
+      {"rmsnorm_forward", of_kind(KernelKind::layernorm)},
+      {"rmsnorm_backward", of_kind(KernelKind::layernorm)},
+      {"gelu_forward", of_kind(KernelKind::activation)},
+      {"gelu_backward", of_kind(KernelKind::activation)},
+      {"swiglu_forward", of_kind(KernelKind::activation)},
+      {"swiglu_backward", of_kind(KernelKind::activation)},
       {"attention_forward", [](const Priced& p) { return p.has("attn_scores") && p.has("attn_softmax"); }},
       {"attention_backward", [](const Priced& p) { return p.has("attn_scores") && p.has("attn_softmax"); }},
       {"adam_step", [](const Priced& p) { return p.adam; }},
-      {"split_heads", [](const Priced& p) { return p.has("attn_split_heads"); }},
-      {"merge_heads_grad", [](const Priced& p) { return p.has("attn_split_heads"); }},
-      {"heads_to_tokens", [](const Priced& p) { return p.has("attn_merge_heads"); }},
-      {"tokens_to_heads", [](const Priced& p) { return p.has("attn_merge_heads"); }},
-      {"gating_forward", [](const Priced& p) { return p.kind(KernelKind::gating); }},
-      {"route_forward", [](const Priced& p) { return p.kind(KernelKind::gating); }},
-      {"gating_backward", [](const Priced& p) { return p.kind(KernelKind::gating); }},
-      {"dispatch", [](const Priced& p) { return p.kind(KernelKind::dispatch); }},
-      {"dispatch_backward", [](const Priced& p) { return p.kind(KernelKind::dispatch); }},
-      {"combine", [](const Priced& p) { return p.kind(KernelKind::combine); }},
-      {"combine_backward", [](const Priced& p) { return p.kind(KernelKind::combine); }},
+      {"split_heads", named("attn_split_heads")},
+      {"merge_heads_grad", named("attn_split_heads")},
+      {"heads_to_tokens", named("attn_merge_heads")},
+      {"tokens_to_heads", named("attn_merge_heads")},
+      {"gating_forward", of_kind(KernelKind::gating)},
+      {"route_forward", of_kind(KernelKind::gating)},
+      {"gating_backward", of_kind(KernelKind::gating)},
+      {"dispatch", of_kind(KernelKind::dispatch)},
+      {"dispatch_backward", of_kind(KernelKind::dispatch)},
+      {"combine", of_kind(KernelKind::combine)},
+      {"combine_backward", of_kind(KernelKind::combine)},
       // The step's strided copies: expert-major regrouping around the experts, DTD's slices.
       {"copy_rows", [](const Priced& p) { return p.has("expert_major_layout") || p.has("dtd_slice"); }},
-      {"embedding_forward", [](const Priced& p) { return p.has("embedding_lookup"); }},
-      {"embedding_backward", [](const Priced& p) { return p.has("embedding_bwd"); }},
-      {"ce_max_and_target", [](const Priced& p) { return p.has("cross_entropy"); }},
-      {"ce_exp_and_sum", [](const Priced& p) { return p.has("cross_entropy"); }},
-      {"ce_gradient", [](const Priced& p) { return p.has("cross_entropy_bwd"); }},
+      {"embedding_forward", named("embedding_lookup")},
+      {"embedding_backward", named("embedding_bwd")},
+      {"ce_max_and_target", named("cross_entropy")},
+      {"ce_exp_and_sum", named("cross_entropy")},
+      {"ce_gradient", named("cross_entropy_bwd")},
   };
   return table;
 }

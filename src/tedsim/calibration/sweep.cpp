@@ -238,16 +238,20 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
       if (set.count == 0) continue;
       const GroupSpan span = set.widest();
       if (span.ranks <= 1) continue;
+      // A case on this kind's groups under this layout (collective or arrival skew).
+      const auto on_these_groups = [&](auto spec) {
+        spec.kind = kind;
+        spec.t = c.tp;
+        spec.e = c.ep;
+        spec.p = c.pp;
+        spec.layout = c.layout;
+        spec.expert_tp = c.expert_tp;
+        spec.span = span;
+        return spec;
+      };
       if (skew_shapes.insert({span.ranks, span.nodes}).second)
         for (double compute_s : segments) {
-          SkewCaseSpec sc;
-          sc.kind = kind;
-          sc.t = c.tp;
-          sc.e = c.ep;
-          sc.p = c.pp;
-          sc.layout = c.layout;
-          sc.expert_tp = c.expert_tp;
-          sc.span = span;
+          SkewCaseSpec sc = on_these_groups(SkewCaseSpec{});
           sc.compute_s = compute_s;
           sweep.skews.push_back(sc);
         }
@@ -257,15 +261,8 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
                  .second)
           continue;
         for (std::int64_t count : counts) {
-          CollectiveCaseSpec cs;
+          CollectiveCaseSpec cs = on_these_groups(CollectiveCaseSpec{});
           cs.op = op;
-          cs.kind = kind;
-          cs.t = c.tp;
-          cs.e = c.ep;
-          cs.p = c.pp;
-          cs.layout = c.layout;
-          cs.expert_tp = c.expert_tp;
-          cs.span = span;
           cs.count = count;
           sweep.collectives.push_back(cs);
         }
