@@ -552,8 +552,11 @@ double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
 double MeasuredProfile::arrival_wait_seconds(const GroupSpan& span, double compute_s) const {
   if (span.ranks <= 1 || compute_s <= 0) return 0;
   auto it = skews_.find({span.ranks, span.nodes});
-  const std::string name = "arrival wait on " + std::to_string(span.ranks) + " ranks, " + std::to_string(span.nodes) +
-                           (span.nodes == 1 ? " node" : " nodes");
+  // Built only for a warning: the timeline asks this once per collective of every pass.
+  const auto name = [&span] {
+    return "arrival wait on " + std::to_string(span.ranks) + " ranks, " + std::to_string(span.nodes) +
+           (span.nodes == 1 ? " node" : " nodes");
+  };
   if (it == skews_.end()) {
     if (skews_.empty()) {
       if (multi_rank_) {
@@ -574,7 +577,7 @@ double MeasuredProfile::arrival_wait_seconds(const GroupSpan& span, double compu
     }
     std::lock_guard<std::mutex> lock(mutex_);
     far_ = false;
-    note("skew-shape " + name, name + ": group shape never measured, used the one measured on " +
+    note("skew-shape " + name(), name() + ": group shape never measured, used the one measured on " +
                                    std::to_string(it->first.first) + " ranks, " + std::to_string(it->first.second) +
                                    " node(s)",
          compute_s, SizeUnit::seconds);
@@ -588,7 +591,7 @@ double MeasuredProfile::arrival_wait_seconds(const GroupSpan& span, double compu
   if (compute_s > kFarFactor * x0) {
     std::lock_guard<std::mutex> lock(mutex_);
     far_ = false;
-    note("skew-range " + name, name + ": compute segments above the longest measured (" + num(x0 * 1e3) +
+    note("skew-range " + name(), name() + ": compute segments above the longest measured (" + num(x0 * 1e3) +
                                    " ms), wait scaled in proportion to the segment",
          compute_s, SizeUnit::seconds);
   }
