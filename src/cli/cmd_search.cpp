@@ -124,8 +124,7 @@ int run_search_command(const SearchOptions& o) {
   std::optional<std::pair<double, double>> spread;
   if (!r.top.empty()) {
     print_far_lookup_share(out, in, r.top.front().config, r.top.front().sim.iteration_s);
-    spread = print_profile_spread(out, in, r.top.front().config);
-    if (!spread) spread = print_published_range(out, in, r.top.front().sim.iteration_s);
+    spread = print_prediction_range(out, in, r.top.front().config, r.top.front().sim.iteration_s);
   }
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "

@@ -47,8 +47,7 @@ int run_simulate(const SimulateOptions& o) {
   print_prediction(out, p);
   print_profile_warnings(out, *in.profile);
   const double far_share = print_far_lookup_share(out, in, c, p.sim.iteration_s);
-  auto spread = print_profile_spread(out, in, c);
-  if (!spread) spread = print_published_range(out, in, p.sim.iteration_s);
+  const auto spread = print_prediction_range(out, in, c, p.sim.iteration_s);
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   if (!o.trace.empty()) {
     trace.write_chrome_trace(o.trace, in.model.name + " " + c.describe());

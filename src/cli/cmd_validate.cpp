@@ -180,8 +180,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     table.print(out);
     print_profile_warnings(out, *in.profile);
     far_share = print_far_lookup_share(out, in, c, pred.sim.iteration_s);
-    spread = print_profile_spread(out, in, c);
-    if (!spread) spread = print_published_range(out, in, pred.sim.iteration_s);
+    spread = print_prediction_range(out, in, c, pred.sim.iteration_s);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     print_profile_mismatches(out, in, o.in, JobIdentity{world->size(), to_string(backend), host});

@@ -210,6 +210,8 @@ void write_results(const InputOptions& o, nlohmann::json doc, const Inputs& in, 
   if (!o.json.empty()) write_json(o.json, doc);
 }
 
+namespace {
+
 std::optional<std::pair<double, double>> print_profile_spread(std::ostream& out, const Inputs& inputs,
                                                               const ParallelConfig& config) {
   const auto* measured = dynamic_cast<const MeasuredProfile*>(inputs.profile.get());
@@ -239,6 +241,14 @@ std::optional<std::pair<double, double>> print_published_range(std::ostream& out
       << " throughput than measured (reports/published-results.md); erring alike, this plan takes "
       << human_seconds(low) << " to " << human_seconds(high) << " per iteration\n";
   return std::make_pair(low, high);
+}
+
+}  // namespace
+
+std::optional<std::pair<double, double>> print_prediction_range(std::ostream& out, const Inputs& inputs,
+                                                                const ParallelConfig& config, double predicted_s) {
+  if (auto spread = print_profile_spread(out, inputs, config)) return spread;
+  return print_published_range(out, inputs, predicted_s);
 }
 
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s) {

@@ -86,16 +86,15 @@ void print_profile_mismatches(std::ostream& out, const Inputs& inputs, const Inp
 // lookups far outside the measured sizes, i.e. how much faster the prediction would be if they
 // cost nothing; printed with what they are when above 1%. Returns -1 for an analytic profile.
 double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const ParallelConfig& config, double predicted_s);
-// With a measured profile: the iteration of `config` when every measured point takes its fastest,
-// then its slowest repetition, printed as "profile spread: ..." and returned as (low, high) for
-// the JSON's iteration_time_s_range. Nothing (and no line) for an analytic profile.
-// With the analytic profile of a topology that carries a `published_error`: the iteration time a
-// plan takes if it errs as this machine's published measurements did, printed and returned
-// (fastest, slowest); nothing otherwise.
-std::optional<std::pair<double, double>> print_published_range(std::ostream& out, const Inputs& inputs,
-                                                               double predicted_s);
-std::optional<std::pair<double, double>> print_profile_spread(std::ostream& out, const Inputs& inputs,
-                                                              const ParallelConfig& config);
+// How sure the prediction of `config` (predicted_s per iteration) is, printed and returned as
+// (low, high) for the JSON's iteration_time_s_range:
+//  - a measured profile: the iteration when every measured point takes its fastest, then its
+//    slowest repetition ("profile spread: ...");
+//  - the analytic profile of a topology with a `published_error`: the iteration time the plan
+//    takes if it errs as this machine's published measurements did ("published error: ...");
+//  - otherwise nothing, and no line.
+std::optional<std::pair<double, double>> print_prediction_range(std::ostream& out, const Inputs& inputs,
+                                                                const ParallelConfig& config, double predicted_s);
 // Human-readable output goes to stderr when JSON goes to stdout.
 std::ostream& human_stream(const InputOptions& options);
 void print_startup_table(std::ostream& out, const Inputs& inputs, const InputOptions& options);
