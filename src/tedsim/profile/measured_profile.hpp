@@ -3,8 +3,9 @@
 // and collectives over TED-shaped groups, with the provenance of the run that measured them.
 // Part of the cost model: no kernel, comm or MPI code here, only data and lookups.
 //
-// File format (measured_profile_file.cpp; the lookups are measured_profile.cpp): JSON (one object, written by save_profile_json, read strictly by load_profile_data:
-// every unknown key is an InputError naming the file and the key path, exit code 2):
+// File format (measured_profile_file.cpp; the lookups are measured_profile.cpp): JSON, one object,
+// written by save_profile, read strictly by load_profile_data (every unknown key is an InputError
+// naming the file and the key path, exit code 2):
 //   { "format": "tedsim-profile", "version": 1,
 //     "provenance": {...}, "calibration": {...optional: arguments, complete},
 //     "gemm": [ {"m","n","k","batch","dtype","seconds": {"min","median","max"}} ...],
