@@ -108,7 +108,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   // The training step does not run these yet; a prediction would be compared with another run.
   if (c.pp > 1 && backend == Backend::cuda)
     throw InputError("--pp " + std::to_string(c.pp) + ": validate runs pipeline stages on the CPU backend only yet (NCCL point-to-point is not built)");
-  if (c.sequence_parallel) throw InputError("--sequence-parallel: validate cannot run sequence parallelism yet (simulate and search model it)");
+  if (c.sequence_parallel && backend == Backend::cuda)
+    throw InputError("--sequence-parallel: validate runs sequence parallelism on the CPU backend only yet (simulate and search model it)");
   if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
     throw InputError("--recompute-modules " + recompute_modules_text(c.recompute_modules) +
                      ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");

@@ -81,6 +81,7 @@ struct EqCase {
   int pp = 1, vpp = 1;
   bool selective = false;  // selective recompute of the attention core (with checkpoint false)
   int model = kTedModel;
+  bool sp = false;  // sequence parallelism (t > 1)
 };
 
 std::string name_of(const EqCase& c) {
@@ -93,7 +94,7 @@ std::string name_of(const EqCase& c) {
   n += c.expert_tp ? "_etp" : "_noetp";
   n += "_zero" + std::to_string(c.zero);
   static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax"};
-  return n + models[c.model];
+  return n + models[c.model] + (c.sp ? "_sp" : "");
 }
 
 class Equivalence : public ::testing::TestWithParam<EqCase> {};
@@ -117,6 +118,7 @@ TEST_P(Equivalence, MatchesSingleRank) {
   c.zero = k.zero;
   c.pp = k.pp;
   c.vpp = k.vpp;
+  c.sequence_parallel = k.sp;
   const TrainRun run = train(world, c, k.model);
   if (world.rank() != 0) return;  // the golden run lives on rank 0; losses and checksums are global
   ASSERT_EQ(run.losses.size(), gold.losses.size());
@@ -175,7 +177,124 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{4, 2, 2, kTed, false, true, true, true, 1, 1, 1, false, kSigmoidGroups},
         EqCase{4, 1, 4, kTed, false, false, false, true, 0, 1, 1, false, kSigmoidGroups},
         EqCase{2, 2, 1, kTed, true, false, false, true, 0, 1, 1, false, kTopkSoftmax},
-        EqCase{4, 2, 2, kTed, true, true, true, false, 1, 1, 1, false, kTopkSoftmax}),
+        EqCase{4, 2, 2, kTed, true, true, true, false, 1, 1, 1, false, kTopkSoftmax},
+        // Sequence parallelism: {..., model, sp}; with and without expert TP, CAC, selective
+        // recompute, pipelines, ZeRO-1 and today's routers (dropless: without expert TP).
+        EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
+        EqCase{2, 2, 1, kTed, false, true, true, false, 1, 1, 1, false, kTedModel, true},
+        EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, true, kTedModel, true},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 1, 1, 1, false, kTedModel, true},
+        EqCase{4, 2, 2, kDbe, false, true, true, false, 0, 1, 1, false, kTedModel, true},
+        EqCase{4, 2, 1, kTed, false, false, false, true, 0, 2, 1, false, kTedModel, true},
+        EqCase{4, 2, 1, kTed, false, true, true, true, 1, 2, 1, false, kTedModel, true},
+        EqCase{4, 2, 2, kTed, false, false, false, false, 0, 1, 1, false, kDroplessShared, true},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 1, 1, 1, false, kTopkSoftmax, true},
+        EqCase{2, 2, 1, kTed, false, false, true, false, 0, 1, 1, false, kSigmoidGroups, true},
+        EqCase{8, 2, 2, kTed, false, false, false, true, 1, 2, 1, false, kTedModel, true}),
+    [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });
+
+// Gradients before any optimizer step: Adam's per-element normalization hides a gradient that is
+// a part of the right one (a tensor rank's share of a replicated parameter's, say), so the losses
+// and checksums after 3 steps above cannot catch it; the gradients themselves can. Per kind:
+// sum over every rank of w(global index) * grad, the replicas' partial gradients adding up to the
+// global batch's (what the data sync would make of them); a parameter every tensor rank holds
+// whole counts 1/t per rank, all tensor ranks holding the same gradient. The |grad| sum is the
+// golden run's scale for the tolerance.
+std::map<std::string, std::pair<double, double>> gradient_sums(runtime::Trainer& tr, Communicator& comm, int tp) {
+  std::map<std::string, std::pair<double, double>> local;
+  runtime::ParamStore& store = tr.params();
+  for (std::size_t id = 0; id < store.infos().size(); ++id) {
+    const runtime::ParamInfo& p = store.info(static_cast<int>(id));
+    const std::vector<float> g = tr.grad_to_host(static_cast<int>(id));
+    const double share = p.tp_replicated ? 1.0 / tp : 1.0;
+    auto& [weighted, abs] = local[p.kind];
+    for (std::size_t i = 0; i < p.numel; ++i) {
+      const std::uint64_t hsh = runtime::mix64(static_cast<std::uint64_t>(p.tensor_id) * 1000003ULL + p.slice.global_index(i));
+      weighted += share * (1.0 + static_cast<double>(hsh & 0xff) / 256.0) * g[i];
+      abs += share * std::fabs(g[i]);
+    }
+  }
+  // Every rank's sums of every kind, through host_max (each rank fills its own slots).
+  static const std::vector<std::string> kinds = {"embedding", "lm_head",    "final_ln",   "ln",       "attn_qkv",
+                                                 "attn_out",  "mlp_fc1",    "mlp_fc2",    "gate",     "expert_fc1",
+                                                 "expert_fc2", "shared_fc1", "shared_fc2"};
+  const int n = comm.size(), K = static_cast<int>(kinds.size());
+  std::vector<double> all(static_cast<std::size_t>(n) * K * 2, -1e300);
+  for (int k = 0; k < K; ++k) {
+    all[(static_cast<std::size_t>(comm.rank()) * K + k) * 2] = local[kinds[k]].first;
+    all[(static_cast<std::size_t>(comm.rank()) * K + k) * 2 + 1] = local[kinds[k]].second;
+  }
+  comm.host_max(all);
+  std::map<std::string, std::pair<double, double>> sums;
+  for (int k = 0; k < K; ++k)
+    for (int r = 0; r < n; ++r) {
+      sums[kinds[k]].first += all[(static_cast<std::size_t>(r) * K + k) * 2];
+      sums[kinds[k]].second += all[(static_cast<std::size_t>(r) * K + k) * 2 + 1];
+    }
+  return sums;
+}
+
+class GradientEquivalence : public ::testing::TestWithParam<EqCase> {};
+
+TEST_P(GradientEquivalence, MatchesSingleRankBeforeTheOptimizer) {
+  const EqCase& k = GetParam();
+  Communicator& world = runtime_world();
+  if (world.size() != k.ranks) GTEST_SKIP() << "needs " << k.ranks << " ranks";
+  std::map<std::string, std::pair<double, double>> gold;
+  {
+    auto sub = world.split(world.rank() == 0 ? std::vector<int>{0} : [&] {
+      std::vector<int> rest;
+      for (int r = 1; r < world.size(); ++r) rest.push_back(r);
+      return rest;
+    }(), world.rank() == 0 ? "golden" : "idle");
+    if (world.rank() == 0) {
+      ParallelConfig c;
+      c.gpus = 1;
+      c.micro_batch = kMicroBatch;
+      c.global_batch = kGlobalBatch;
+      c.recompute = Recompute::none;
+      runtime::Trainer tr(*sub, equivalence_model(k.model), c, equivalence_options());
+      tr.loss_and_grads(0);
+      gold = gradient_sums(tr, *sub, 1);
+    }
+    world.barrier();
+  }
+  ParallelConfig c;
+  c.gpus = k.ranks;
+  c.tp = k.tp;
+  c.ep = k.ep;
+  c.micro_batch = kMicroBatch;
+  c.global_batch = kGlobalBatch;
+  c.layout = k.layout;
+  c.dtd = k.dtd;
+  c.cac = k.cac;
+  c.recompute = k.checkpoint ? Recompute::full : k.selective ? Recompute::selective : Recompute::none;
+  c.expert_tp = k.expert_tp;
+  c.pp = k.pp;
+  c.vpp = k.vpp;
+  c.sequence_parallel = k.sp;
+  runtime::Trainer tr(world, equivalence_model(k.model), c, equivalence_options());
+  tr.loss_and_grads(0);
+  const auto sums = gradient_sums(tr, world, k.tp);
+  if (world.rank() != 0) return;
+  for (const auto& [kind, g] : gold) {
+    const auto& got = sums.at(kind);
+    // Linear in the gradients, so partial gradients of replicas add up; |g| sums would not.
+    EXPECT_NEAR(got.first, g.first, 1e-4 * g.second + 1e-12) << "weighted gradient of " << kind;
+  }
+}
+
+// {ranks, t, e, layout, dtd, cac, checkpoint, expert_tp, zero, pp, vpp, selective, model, sp}
+INSTANTIATE_TEST_SUITE_P(
+    Runtime, GradientEquivalence,
+    ::testing::Values(EqCase{2, 2, 1, kTed, true, false, false, true, 0},
+                      EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
+                      EqCase{2, 2, 1, kTed, false, false, false, false, 0, 1, 1, false, kTedModel, true},
+                      EqCase{2, 2, 1, kTed, false, true, true, true, 0, 1, 1, false, kTedModel, true},
+                      EqCase{2, 2, 1, kTed, false, false, false, false, 0, 1, 1, false, kDroplessShared, true},
+                      EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTopkSoftmax, true},
+                      EqCase{4, 2, 2, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
+                      EqCase{4, 2, 1, kTed, false, false, false, true, 0, 2, 1, false, kTedModel, true}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });
 
 }  // namespace

@@ -104,6 +104,8 @@ const std::map<std::string, const char*>& not_priced() {
       {"aux_loss", "the load-balancing loss: one pass over [E] counts"},
       {"routing_choices", "host copies of the routing for the equivalence tests' signatures"},
       {"routing_counts", "host copies of the per-expert counts (dropless sizes, imbalance)"},
+      {"aux_statistics", "sequence parallelism: the router's [2E] counts and probability sums, on the host"},
+      {"set_group_aux", "sequence parallelism: the aux loss of the tensor group's summed [2E] statistics"},
   };
   return table;
 }
@@ -156,6 +158,9 @@ TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
   expect_every_kernel_priced(tiny, config(2, 1, 2, 1, false));  // all-to-all, expert-major regrouping
   expect_every_kernel_priced(tiny, config(2, 2, 1, 1, true));   // DTD's capacity slices
   expect_every_kernel_priced(tiny, config(2, 1, 1, 2, false));  // a pipeline: p2p sends
+  ParallelConfig sp = config(2, 2, 1, 1, false);
+  sp.sequence_parallel = true;
+  expect_every_kernel_priced(tiny, sp);  // sequence parallelism: norms on token shards, the router's statistics
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(2, 1, 2, 1, false));  // dropless
 }
 

@@ -138,6 +138,14 @@ class CensusOps final : public StepOps {
     c_.add("route_forward", double(tokens) * experts);
     in_->route_forward(logits, tokens, experts, cfg, out);
   }
+  void aux_statistics(const Routing& r, float* host_stats) override {
+    c_.add("aux_statistics", 0);
+    in_->aux_statistics(r, host_stats);
+  }
+  void set_group_aux(Routing& r, const float* host_group_stats, int group_tokens) override {
+    c_.add("set_group_aux", 0);
+    in_->set_group_aux(r, host_group_stats, group_tokens);
+  }
   void routing_counts(const Routing& r, std::vector<std::int32_t>& kept) override {
     c_.add("routing_counts", 0);
     in_->routing_counts(r, kept);

@@ -35,6 +35,7 @@ struct ParamInfo {
   int tensor_id = 0;
   bool expert = false;
   bool primary = true;  // this rank counts the slice in global checksums
+  bool tp_replicated = false;  // every tensor rank holds it whole (norms, the router)
   Slice slice;
   float mean = 0.0f;  // value = mean + uniform noise of standard deviation std
   float std = 0.02f;

@@ -99,6 +99,11 @@ class StepOps {
   // gating_backward then runs their backward. CPU step only yet: the CUDA ops throw RunError.
   virtual void route_forward(const float* logits, int tokens, int experts, const kernels::RouterConfig& cfg,
                              Routing& out) = 0;
+  // Sequence parallelism: the routing's aux-loss statistics as [2E] host floats, and the aux loss
+  // of the tensor group's tokens from their sums (kernels/cpu/gating.hpp). CPU step only yet:
+  // the CUDA ops throw RunError.
+  virtual void aux_statistics(const Routing& r, float* host_stats) = 0;
+  virtual void set_group_aux(Routing& r, const float* host_group_stats, int group_tokens) = 0;
   // Host copy of the choices each expert kept (its rows in the dispatch buffer), [E].
   virtual void routing_counts(const Routing& r, std::vector<std::int32_t>& kept) = 0;
   // The dispatch buffer's capacity C of this routing (dropless: the busiest expert's count).

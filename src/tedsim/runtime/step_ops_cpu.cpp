@@ -145,6 +145,11 @@ class CpuStepOps final : public StepOps {
   void routing_counts(const Routing& r, std::vector<std::int32_t>& kept) override { kept = gate_of(r).kept; }
   int routing_capacity(const Routing& r) override { return gate_of(r).capacity; }
   double aux_loss(const Routing& r) override { return gate_of(r).aux_loss; }
+  void aux_statistics(const Routing& r, float* host_stats) override { kernels::aux_statistics(gate_of(r), host_stats); }
+  void set_group_aux(Routing& r, const float* host_group_stats, int group_tokens) override {
+    auto& c = static_cast<CpuRouting&>(r);
+    kernels::set_group_aux(c.generic ? c.router.gate : c.gate, host_group_stats, group_tokens);
+  }
   void routing_choices(const Routing& r, std::vector<std::int32_t>& expert,
                        std::vector<std::int32_t>& position) override {
     expert = gate_of(r).expert;

@@ -157,6 +157,12 @@ class CudaStepOps final : public StepOps {
     throw RunError("the CUDA step does not run dropless routing yet");
   }
   int routing_capacity(const Routing& r) override { return gate_of(r).capacity; }
+  void aux_statistics(const Routing&, float*) override {
+    throw RunError("the CUDA step does not run sequence parallelism yet (its router statistics are not built)");
+  }
+  void set_group_aux(Routing&, const float*, int) override {
+    throw RunError("the CUDA step does not run sequence parallelism yet (its router statistics are not built)");
+  }
   void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                       Routing& out) override {
     cu::gating_forward(logits, tokens, experts, cfg, static_cast<CudaRouting&>(out).gate);

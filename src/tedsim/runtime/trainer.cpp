@@ -19,7 +19,15 @@ const std::vector<std::string>& step_slice_names() {
   static const std::vector<std::string> names = {
       "compute",  // the time between timed regions (the layers' own kernels)
       "tp_allreduce_attn", "tp_allreduce_mlp", "tp_allreduce_expert", "tp_allreduce_embedding",
-      "tp_allreduce_loss_max", "tp_allreduce_loss_sum", "tp_allreduce_lm_head_bwd",
+      "tp_allreduce_loss_max", "tp_allreduce_loss_sum", "tp_allreduce_lm_head_bwd", "tp_allreduce_shared",
+      // Sequence parallelism's collectives (the backward's are the forward's swapped, "_bwd").
+      "sp_allgather_attn", "sp_reducescatter_attn", "sp_allgather_mlp", "sp_reducescatter_mlp",
+      "sp_allgather_shared", "sp_reducescatter_shared", "sp_allgather_expert", "sp_reducescatter_expert",
+      "sp_allgather_attn_bwd", "sp_reducescatter_attn_bwd", "sp_allgather_mlp_bwd", "sp_reducescatter_mlp_bwd",
+      "sp_allgather_shared_bwd", "sp_reducescatter_shared_bwd", "sp_allgather_expert_bwd",
+      "sp_reducescatter_expert_bwd", "sp_reducescatter_embedding", "sp_allgather_embedding_bwd",
+      "sp_allgather_lm_head", "sp_reducescatter_lm_head_bwd", "sp_regather_for_wgrad", "sp_allreduce_router_stats",
+      "sp_allreduce_replicated_grads",
       "ep_alltoall_dispatch", "ep_alltoall_combine", "dtd_allgather_dispatch", "dtd_allgather_combine",
       "embedding_lookup", "final_layernorm", "cross_entropy", "cross_entropy_bwd", "final_layernorm_bwd", "embedding_bwd",
       "grad_sync_nonexpert", "grad_sync_expert", "zero_param_allgather", "tied_embedding_allreduce", "adam_step",
@@ -84,6 +92,12 @@ void Trainer::Impl::setup_dims() {
   b = cfg.micro_batch;
   s = cfg.seq_len > 0 ? cfg.seq_len : model.seq_len;
   T = b * s;
+  sp = cfg.sequence_parallel && t > 1;
+  if (sp && T % t != 0)
+    throw InputError("sequence parallelism splits the micro-batch's " + std::to_string(T) + " tokens over tp " +
+                     std::to_string(t) + ", which does not divide them");
+  Tl = sp ? T / t : T;
+  Tr = Tl;
   h = model.hidden;
   hd = model.head_dim();
   a_l = model.heads / t;
@@ -112,8 +126,10 @@ void Trainer::Impl::setup_dims() {
     E = model.moe.experts;
     El = E / e;
     k = model.moe.top_k;
-    split = t > 1 && (cfg.dtd || !cfg.expert_tp);
+    // SP leaves each tensor rank its own tokens: no DTD slicing of the dispatch.
+    split = t > 1 && !sp && (cfg.dtd || !cfg.expert_tp);
     etp_split = split && cfg.expert_tp;
+    sp_expert_gather = sp && cfg.expert_tp;
     dropless = model.moe.dropless();
     const MoeSpec& me = model.moe;
     generic_router = !me.deepspeed_gating();
@@ -121,12 +137,17 @@ void Trainer::Impl::setup_dims() {
     if (dropless && split)
       throw InputError("dropless routing runs with expert tensor parallelism and without DTD (or t = 1) yet; got " +
                        cfg.describe());
+    if (dropless && sp_expert_gather)
+      throw InputError("dropless routing with sequence parallelism runs without expert tensor parallelism yet "
+                       "(--no-expert-tp: the gather of uneven token counts over the tensor group is not built); got " +
+                       cfg.describe());
     if (dropless) {
       C = Cp = 0;  // set per micro-batch by the routing
     } else {
-      const int c0 = kernels::capacity(T, E, k, me.capacity_factor, me.min_capacity);
-      C = (c0 + t - 1) / t * t;
+      const int c0 = kernels::capacity(Tr, E, k, me.capacity_factor, me.min_capacity);
+      C = sp ? c0 : (c0 + t - 1) / t * t;
       Cp = split ? C / t : C;
+      router_cfg.min_capacity = std::max(router_cfg.min_capacity, C);  // the rounded capacity, as the fused gating's
     }
   }
   d = dp->size();
@@ -142,6 +163,7 @@ int Trainer::Impl::add_param(const std::string& name, const std::string& kind, i
   p.kind = kind;
   p.tensor_id = id;
   p.expert = expert;
+  p.tp_replicated = tp_replicated;
   if (expert)
     p.primary = edp->rank() == 0;
   else
@@ -254,6 +276,7 @@ void Trainer::Impl::collective(Coll kind, Communicator& comm, const float* sendb
     switch (kind) {
       case Coll::all_reduce: comm.all_reduce(sendbuf, recvbuf, recv_count, Dtype::fp32); break;
       case Coll::all_gather: comm.all_gather(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
+      case Coll::reduce_scatter: comm.reduce_scatter(sendbuf, recvbuf, recv_count, Dtype::fp32); break;
       case Coll::all_to_all: comm.all_to_all(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
     }
     comm.wait();
@@ -315,7 +338,14 @@ double Trainer::Impl::micro_batch(bool backward, double* ce_out, double* aux_out
 }
 
 std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool backward) {
-  if (pipeline_stages > 1) return run_pipeline(it, backward);
+  const std::array<double, 3> sums = pipeline_stages > 1 ? run_pipeline(it, backward) : run_one_stage(it, backward);
+  // The backward's last part under SP (Megatron-Core's finalize_model_grads): the replicated
+  // parameters' gradients, each tensor rank's from its own tokens, summed over the group.
+  if (backward) sync_sequence_parallel_grads();
+  return sums;
+}
+
+std::array<double, 3> Trainer::Impl::run_one_stage(std::int64_t it, bool backward) {
   std::array<double, 3> sums{0, 0, 0};
   routing_sig = 0;
   for (int j = 0; j < ga; ++j) {

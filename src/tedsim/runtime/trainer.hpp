@@ -98,7 +98,9 @@ class Trainer {
   StepStats step();
 
   // Tests: forward + backward of iteration `iteration`'s samples on this rank (grads zeroed first,
-  // accumulated over micro-batches, not synchronized, no optimizer). Returns this rank's loss share.
+  // accumulated over micro-batches, not synchronized over data replicas, no optimizer; under
+  // sequence parallelism the replicated parameters' gradients are the tensor group's sum, as the
+  // backward leaves them). Returns this rank's loss share.
   double loss_and_grads(std::int64_t iteration);
   double loss_only(std::int64_t iteration);
   // Hash of every MoE routing decision of the last forward (detects routing flips); 0 without

@@ -136,7 +136,7 @@ void Trainer::Impl::dropless_experts_backward(const LayerIds& li, LayerActs& A, 
   const Routing& gate = *A.gate;
   const std::size_t hh = static_cast<std::size_t>(h);
   const std::size_t ECh = static_cast<std::size_t>(E) * A.dl_capacity * hh;
-  float* gwt = ensure(gweight, static_cast<std::size_t>(T) * k);
+  float* gwt = ensure(gweight, static_cast<std::size_t>(Tr) * k);
   float* gcb = ensure(gtmp2, ECh);
   ops.combine_backward(gate, A.cbuf.data(), g, h, gcb, gwt);
   const int S = ep->size();

@@ -65,6 +65,11 @@ struct MicroBatchState {
   double aux = 0;
 };
 
+// The names of a tensor-parallel MLP's collectives: the dense MLP's or the shared experts'.
+struct MlpNames {
+  const char *gather, *allreduce, *scatter, *gather_bwd, *scatter_bwd;
+};
+
 // An activation or gradient on its way to a neighbour stage, kept until MPI is done with it.
 struct OutgoingMessage {
   std::uint64_t ticket = 0;
@@ -92,6 +97,11 @@ struct Trainer::Impl {
 
   // Dimensions.
   int L = 0, t = 1, ti = 0, e = 1, b = 1, s = 0, T = 0, h = 0;
+  // Sequence parallelism (Korthikanti et al. 2022, Megatron-Core): between tensor-parallel blocks
+  // this rank holds rows [ti*Tl, (ti+1)*Tl) of the micro-batch's T token rows; without it Tl = T.
+  // MoE layers route the rank's own Tl tokens (Tr = Tl; else every tensor rank routes all T).
+  bool sp = false;
+  int Tl = 0, Tr = 0;
   int a_l = 0, kv_l = 0, hd = 0, q_l = 0, kvd_l = 0, qkv_l = 0;
   int F = 0, F_l = 0, F1_l = 0;  // dense MLP: per-rank width and fc1 output width (2x for swiglu)
   int Fx = 0;                    // experts: full width (the model's expert_ffn)
@@ -104,6 +114,7 @@ struct Trainer::Impl {
   int V = 0, V_l = 0, v0 = 0;
   int E = 0, El = 0, k = 1, C = 0, Cp = 0;
   bool swiglu = false, split = false, etp_split = false;
+  bool sp_expert_gather = false;  // SP with expert TP: the experts see the tensor group's tokens
   int ga = 1, nmb_global = 1, replica = 0, d = 1;
   // Pipeline: this rank's stage of `pipeline_stages`, each holding `pipeline_chunks` model chunks.
   int pipeline_stages = 1, pipeline_chunks = 1, stage = 0;
@@ -122,6 +133,9 @@ struct Trainer::Impl {
   std::vector<std::vector<Tensor>> stash;   // CAC: per layer, collective outputs of the first forward
   Tensor xf, lnf_mean, lnf_rstd, logits, red, gbuf, gtmp, gtmp2, scratch_out, lnd_g, lnd_b;
   Tensor send, recv, gath, gmoe, gw, gweight;  // MoE communication / gradient scratch
+  Tensor sp_in, sp_part, sp_grad, xf_full;     // SP: a block's gathered input, its partial output,
+                                               // the gathered gradient; the head's gathered input
+  Tensor aux_stats, sp_grads;                  // SP: the router's statistics; replicated grads
   Tensor shared_out, sh_ga, sh_gf, sh_gx;      // shared experts' output and gradient scratch
   Tensor dl_send_counts, dl_recv_counts;       // dropless: counts exchanged as floats (exact below 2^24)
   Tensor loss_sums;                            // the step's loss shares, reduced over replicas
@@ -192,7 +206,7 @@ struct Trainer::Impl {
   // ---------------------------------------------------------------- collectives
   // Every layer collective goes through here: timed into its phase, recorded into the layer's CAC
   // stash in the first forward, and replayed from it in the recompute.
-  enum class Coll { all_reduce, all_gather, all_to_all };
+  enum class Coll { all_reduce, all_gather, reduce_scatter, all_to_all };
   void collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf, std::size_t recv_count, int ph,
                   const char* name);
   void tp_allreduce(float* buf, std::size_t n, const char* name) {
@@ -203,6 +217,18 @@ struct Trainer::Impl {
     phase[ph] += t1 - t0;
     if (opt.record_slices) slices.push_back({name, ph, t0 - step_origin, t1 - step_origin});
   }
+  // A tensor-parallel block's entry and exit (Megatron's column- and row-parallel pair). With
+  // sequence parallelism the entry all-gathers the rank's token rows into `full` [T, h] and the
+  // exit reduce-scatters the partial [T, h] output into this rank's rows; without it the entry
+  // reads the input as is and the exit all-reduces in place (`partial` is then `local`).
+  const float* sp_gather(const float* local, Tensor& full, const char* name);
+  float* block_output(float* local) { return sp ? ensure(sp_part, static_cast<std::size_t>(T) * h) : local; }
+  void block_exit(float* partial, float* local, const char* allreduce_name, const char* sp_name);
+  // SP: the router's aux-loss statistics summed over the tensor group (trainer_sequence_parallel.cpp).
+  void group_aux(Routing& r);
+  // SP: the gradients of parameters every tensor rank holds whole (norms, router) summed over
+  // the tensor group, each rank having computed them on its own tokens.
+  void sync_sequence_parallel_grads();
   // Uneven all-to-all over the expert group, counts in elements; recorded and replayed like the others.
   void all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
                     const std::vector<std::size_t>& recv_counts, const char* name);
@@ -224,9 +250,10 @@ struct Trainer::Impl {
 
   void moe_forward(const LayerIds& li, LayerActs& A, float* out);
   void route(const LayerIds& li, LayerActs& A);
-  void mlp_forward(const LayerActs& A, int width_l, int fc1_l, int fc1, int fc2, Tensor& f1, Tensor& a1, float* out);
-  void mlp_backward(const LayerActs& A, int width_l, int fc1_l, int fc1, int fc2, const Tensor& f1, const Tensor& a1,
-                    const float* g, float* gx, Tensor& ga_scratch, Tensor& gf_scratch);
+  void mlp_forward(const float* in, int width_l, int fc1_l, int fc1, int fc2, Tensor& f1, Tensor& a1, float* out,
+                   const MlpNames& names);
+  void mlp_backward(const float* in, int width_l, int fc1_l, int fc1, int fc2, const Tensor& f1, const Tensor& a1,
+                    const float* g, float* gx, Tensor& ga_scratch, Tensor& gf_scratch, const MlpNames& names);
   void shared_forward(const LayerIds& li, LayerActs& A);  // into shared_out, all-reduced
   void shared_backward(const LayerIds& li, LayerActs& A, const float* g, float* gxn);  // adds into gxn
   // Dropless: the dispatch buffer [E][C][h] of kept rows <-> each local expert's rows from every
@@ -265,6 +292,7 @@ struct Trainer::Impl {
 
   // Sum over this rank's micro-batches of (loss / nmb_global), and the CE / aux parts.
   std::array<double, 3> run_micro_batches(std::int64_t it, bool backward);
+  std::array<double, 3> run_one_stage(std::int64_t it, bool backward);  // without pipeline stages
 
   // ---------------------------------------------------------------- pipeline (trainer_pipeline.cpp)
   bool holds_layer(int l) const;

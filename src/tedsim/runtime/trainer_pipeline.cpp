@@ -1,7 +1,7 @@
 // Pipeline stages: this rank runs its stage's forward and backward passes in the order of
 // spec/pipeline_schedule.hpp (1F1B, or interleaved over the stage's chunks), the same order the
 // cost model's timeline simulates. Activations and their gradients cross stages as [T, h] per
-// micro-batch: received blocking (the wait is pp_bubble), sent without blocking (copying into the
+// micro-batch ([T/t, h] under sequence parallelism): received blocking (the wait is pp_bubble), sent without blocking (copying into the
 // message and posting it is pp_p2p) so that two neighbours that each send before they receive
 // never wait on each other. Each micro-batch in flight keeps its layer inputs, activations and CAC
 // stash (MicroBatchState) from its forward to its backward.
@@ -56,7 +56,7 @@ void Trainer::Impl::chunk_forward(const ModelChunk& chunk, bool backward_follows
     stash[l].clear();
     mode = ckpt && cfg.cac ? CommMode::record : CommMode::live;
     cur_stash = &stash[l];
-    layer_forward(l, inputs[l].data(), A, ensure(inputs[l + 1], static_cast<std::size_t>(T) * h));
+    layer_forward(l, inputs[l].data(), A, ensure(inputs[l + 1], static_cast<std::size_t>(Tl) * h));
   }
   mode = CommMode::live;
 }
@@ -70,7 +70,7 @@ void Trainer::Impl::chunk_backward(const ModelChunk& chunk) {
       cur_stash = &stash[l];
       stash_next = 0;
       const std::uint64_t sig = routing_sig;
-      layer_forward(l, inputs[l].data(), A, ensure(scratch_out, static_cast<std::size_t>(T) * h));
+      layer_forward(l, inputs[l].data(), A, ensure(scratch_out, static_cast<std::size_t>(Tl) * h));
       routing_sig = sig;
       mode = CommMode::live;
       stash[l].clear();
@@ -106,7 +106,7 @@ std::array<double, 3> Trainer::Impl::run_pipeline(std::int64_t it, bool backward
   std::array<double, 3> sums{0, 0, 0};
   routing_sig = 0;
   const int P = pipeline_stages, virtual_stages = P * pipeline_chunks;
-  const std::size_t Th = static_cast<std::size_t>(T) * h;
+  const std::size_t Th = static_cast<std::size_t>(Tl) * h;  // this rank's rows: T/t under SP
   auto run_forward = [&](int mb, int chunk_index) {
     const int vstage = chunk_index * P + stage;
     const ModelChunk& chunk = stage_map.chunk(stage, chunk_index);

@@ -71,6 +71,7 @@ void check_gating_args(int tokens, int experts, const GatingConfig& cfg) {
 
 void prepare_output(int tokens, int experts, const GatingConfig& cfg, GatingOutput& out) {
   out.tokens = tokens;
+  out.aux_tokens = 0;
   out.experts = experts;
   out.k = cfg.k;
   out.capacity = cfg.drop_tokens ? capacity(tokens, experts, cfg.k, cfg.capacity_factor, cfg.min_capacity)

@@ -41,7 +41,17 @@ struct GatingOutput {
   std::vector<std::int32_t> kept;       // [E] choices kept by e (<= C): the expert token counts
   std::vector<std::int32_t> top1_count; // [E] tokens whose top-1 choice is e (for the aux loss)
   double aux_loss = 0.0;
+  // The aux loss's token count: 0 means `tokens`. Under sequence parallelism the tensor group's
+  // ranks each route their own tokens and the loss is the group's (set_group_aux).
+  int aux_tokens = 0;
 };
+
+// Sequence parallelism (Megatron-Core all-reduces the router's statistics over the tensor group):
+// this routing's per-expert statistics, [2E] = top-1 counts then probability sums over its tokens;
+// summed over the group they give, through set_group_aux, the aux loss of all the group's tokens
+// and each token's share of its gradient, so the step equals the unsplit one.
+void aux_statistics(const GatingOutput& out, float* stats);
+void set_group_aux(GatingOutput& out, const float* group_stats, int group_tokens);
 
 // Fused kernel: one pass over the logits (softmax + top-k + aux statistics), one pass over the
 // [T,k] choices (positions, weights). Reuses `out`'s storage when shapes repeat.

@@ -4,7 +4,7 @@
 //    (S = sum of kept p, clamped at FLT_EPSILON) -> dp_j += g_j / S - <g, p_kept> / S^2 (when the
 //    clamp is active S is a constant and only g_j / S remains).
 //  * aux loss: aux = E * sum_e (sum_t p[t,e] / T) * ce_e with ce_e constant
-//    -> dp[t,e] += grad_aux * E * ce_e / T.
+//    -> dp[t,e] += grad_aux * E * ce_e / T (T: the aux loss's tokens, a group's under SP).
 #include <cfloat>
 #include <vector>
 
@@ -15,10 +15,11 @@ namespace tedsim::kernels {
 void gating_backward(const GatingOutput& fwd, const float* grad_weight, float grad_aux, float* grad_logits) {
   const int T = fwd.tokens, E = fwd.experts, k = fwd.k;
   if (T == 0) return;
+  const int Ta = fwd.aux_tokens > 0 ? fwd.aux_tokens : T;  // the aux loss's tokens (a group's under SP)
   std::vector<float> aux_term(E);
   for (int e = 0; e < E; ++e) {
-    const double ce = static_cast<double>(fwd.top1_count[e]) / T;
-    aux_term[e] = static_cast<float>(static_cast<double>(grad_aux) * E * ce / T);
+    const double ce = static_cast<double>(fwd.top1_count[e]) / Ta;
+    aux_term[e] = static_cast<float>(static_cast<double>(grad_aux) * E * ce / Ta);
   }
   std::vector<float> dp(E);
   for (int t = 0; t < T; ++t) {

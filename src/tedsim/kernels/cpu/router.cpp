@@ -78,6 +78,7 @@ void route_forward(const float* logits, const float* expert_bias, int tokens, in
   out.cfg = cfg;
   GatingOutput& g = out.gate;
   g.tokens = T;
+  g.aux_tokens = 0;
   g.experts = E;
   g.k = k;
   const std::size_t TE = static_cast<std::size_t>(T) * E, Tk = static_cast<std::size_t>(T) * k;
@@ -167,9 +168,10 @@ void route_backward(const RouterOutput& fwd, const float* grad_weight, float gra
   const RouterConfig& c = fwd.cfg;
   const int T = g.tokens, E = g.experts, k = g.k;
   if (T == 0) return;
+  const int Ta = g.aux_tokens > 0 ? g.aux_tokens : T;  // the aux loss's tokens (a group's under SP)
   std::vector<float> aux_term(E), dq(E), dscore(E);
   for (int e = 0; e < E; ++e)
-    aux_term[e] = static_cast<float>(static_cast<double>(grad_aux) * E * (static_cast<double>(g.top1_count[e]) / T) / T);
+    aux_term[e] = static_cast<float>(static_cast<double>(grad_aux) * E * (static_cast<double>(g.top1_count[e]) / Ta) / Ta);
   for (int t = 0; t < T; ++t) {
     const std::size_t row = static_cast<std::size_t>(t) * E, base = static_cast<std::size_t>(t) * k;
     const float* q = g.probs.data() + row;
