@@ -102,9 +102,11 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (o.calibrate && !std::ifstream(o.in.profile)) load.profile.clear();
   Inputs in = load_inputs(load);
   const ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
-  // The training step implements ZeRO 0 and 1; a ZeRO-2 prediction would be compared with a run
+  // The training step implements ZeRO 0, 1 and 3; a ZeRO-2 prediction would be compared with a run
   // that is not ZeRO-2.
-  if (c.zero > 1) throw InputError("--zero " + std::to_string(c.zero) + ": validate runs ZeRO stages 0 and 1");
+  if (c.zero == 2) throw InputError("--zero 2: validate runs ZeRO stages 0, 1 and 3");
+  if (c.zero == 3 && backend == Backend::cuda)
+    throw InputError("--zero 3: validate runs ZeRO-3 on the CPU backend only yet (simulate and search model it)");
   // The training step does not run these yet; a prediction would be compared with another run.
   if (c.pp > 1 && backend == Backend::cuda)
     throw InputError("--pp " + std::to_string(c.pp) + ": validate runs pipeline stages on the CPU backend only yet (NCCL point-to-point is not built)");

@@ -190,7 +190,19 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{4, 2, 2, kTed, false, false, false, false, 0, 1, 1, false, kDroplessShared, true},
         EqCase{4, 2, 2, kTed, false, false, false, true, 1, 1, 1, false, kTopkSoftmax, true},
         EqCase{2, 2, 1, kTed, false, false, true, false, 0, 1, 1, false, kSigmoidGroups, true},
-        EqCase{8, 2, 2, kTed, false, false, false, true, 1, 2, 1, false, kTedModel, true}),
+        EqCase{8, 2, 2, kTed, false, false, false, true, 1, 2, 1, false, kTedModel, true},
+        // ZeRO-3 (parameters gathered per unit, gradients reduce-scattered per layer and micro-batch):
+        // non-expert and expert shards, recompute and CAC, pipelines (tied embeddings across
+        // stages), SP, dropless.
+        EqCase{2, 1, 1, kTed, false, false, false, true, 3}, EqCase{2, 1, 2, kTed, false, true, true, true, 3},
+        EqCase{4, 1, 2, kTed, false, false, false, true, 3}, EqCase{4, 1, 2, kDbe, false, true, true, true, 3},
+        EqCase{4, 2, 2, kTed, true, false, true, false, 3},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 3, 1, 1, false, kTedModel, true},
+        EqCase{4, 1, 1, kTed, false, false, false, true, 3, 2, 1}, EqCase{4, 1, 1, kTed, false, true, true, true, 3, 2, 2},
+        EqCase{4, 1, 1, kTed, false, false, false, true, 3, 1, 1, true},
+        EqCase{4, 1, 4, kTed, false, false, false, true, 3, 1, 1, false, kDroplessShared},
+        EqCase{8, 2, 2, kTed, false, true, true, true, 3, 2, 1, false, kTedModel, true},
+        EqCase{8, 2, 2, kDbe, false, false, false, true, 3}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });
 
 // Gradients before any optimizer step: Adam's per-element normalization hides a gradient that is

@@ -1,5 +1,6 @@
 #include "tedsim/runtime/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -56,13 +57,25 @@ int ParamStore::add(ParamInfo info) {
   return static_cast<int>(infos_.size()) - 1;
 }
 
-void ParamStore::finalize(std::uint64_t seed, int nonexpert_group, int expert_group, MemorySpace& memory) {
-  std::size_t n[2] = {0, 0};
-  for (auto& p : infos_) {
-    p.offset = n[p.expert];
-    n[p.expert] += (p.numel + 15) / 16 * 16;  // 64-byte aligned tensors
-  }
+void ParamStore::finalize(std::uint64_t seed, int nonexpert_group, int expert_group, MemorySpace& memory, bool by_unit) {
   auto pad = [](std::size_t x, int g) { return (x + g - 1) / g * g; };
+  const int group[2] = {nonexpert_group, expert_group};
+  std::size_t n[2] = {0, 0};
+  int unit_count = 1;
+  for (const auto& p : infos_) unit_count = std::max(unit_count, p.unit + 1);
+  units_.assign(by_unit ? unit_count : 0, UnitRange{});
+  for (int u = 0; u < (by_unit ? unit_count : 1); ++u) {
+    for (int b = 0; b < 2 && by_unit; ++b) units_[u].offset[b] = n[b];
+    for (auto& p : infos_) {
+      if (by_unit && p.unit != u) continue;
+      p.offset = n[p.expert];
+      n[p.expert] += (p.numel + 15) / 16 * 16;  // 64-byte aligned tensors
+    }
+    for (int b = 0; b < 2 && by_unit; ++b) {
+      n[b] = units_[u].offset[b] + pad(n[b] - units_[u].offset[b], group[b] * 16);  // shards stay aligned
+      units_[u].size[b] = n[b] - units_[u].offset[b];
+    }
+  }
   zeros(nonexpert_, pad(std::max<std::size_t>(n[0], 1), nonexpert_group));
   zeros(expert_, pad(std::max<std::size_t>(n[1], 1), expert_group));
   zeros(nonexpert_grad_, nonexpert_.size());

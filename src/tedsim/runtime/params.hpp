@@ -9,7 +9,9 @@
 //
 // Local parameters live in two flat buffers: non-expert (synchronized over the data group) and
 // expert (synchronized over the expert-data group); each is padded to a multiple of its group size
-// so ZeRO-1 can reduce-scatter it evenly.
+// so ZeRO-1 can reduce-scatter it evenly. For ZeRO-3 the parameters are laid out by shard unit (the
+// embedding, each layer, the head) and every unit's range is padded alike, so that one unit can be
+// all-gathered, or its gradient reduce-scattered, on its own.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -36,6 +38,7 @@ struct ParamInfo {
   bool expert = false;
   bool primary = true;  // this rank counts the slice in global checksums
   bool tp_replicated = false;  // every tensor rank holds it whole (norms, the router)
+  int unit = 0;                // its ZeRO-3 shard unit
   Slice slice;
   float mean = 0.0f;  // value = mean + uniform noise of standard deviation std
   float std = 0.02f;
@@ -51,9 +54,15 @@ class ParamStore {
  public:
   // Returns the index of the new parameter; offsets are assigned by finalize().
   int add(ParamInfo info);
-  // Lays out the flat buffers (padding each to a multiple of its group size) in the current memory
-  // space and initializes them through `memory` (the same space).
-  void finalize(std::uint64_t seed, int nonexpert_group, int expert_group, MemorySpace& memory);
+  // Lays out the flat buffers (padding each to a multiple of its group size; with `by_unit`, each
+  // unit's range) in the current memory space and initializes them through `memory` (the same space).
+  void finalize(std::uint64_t seed, int nonexpert_group, int expert_group, MemorySpace& memory, bool by_unit = false);
+
+  // With by_unit: unit u's range in buffer `expert` (0 or 1), padded to a multiple of the group.
+  struct UnitRange {
+    std::size_t offset[2] = {0, 0}, size[2] = {0, 0};
+  };
+  const std::vector<UnitRange>& units() const { return units_; }
 
   std::vector<ParamInfo>& infos() { return infos_; }
   const std::vector<ParamInfo>& infos() const { return infos_; }
@@ -67,6 +76,7 @@ class ParamStore {
 
  private:
   std::vector<ParamInfo> infos_;
+  std::vector<UnitRange> units_;
   Tensor nonexpert_, expert_, nonexpert_grad_, expert_grad_;
 };
 

@@ -28,6 +28,7 @@ const std::vector<std::string>& step_slice_names() {
       "sp_reducescatter_expert_bwd", "sp_reducescatter_embedding", "sp_allgather_embedding_bwd",
       "sp_allgather_lm_head", "sp_reducescatter_lm_head_bwd", "sp_regather_for_wgrad", "sp_allreduce_router_stats",
       "sp_allreduce_replicated_grads",
+      "zero3_param_allgather", "zero3_grad_reducescatter",
       "ep_alltoall_dispatch", "ep_alltoall_combine", "dtd_allgather_dispatch", "dtd_allgather_combine",
       "embedding_lookup", "final_layernorm", "cross_entropy", "cross_entropy_bwd", "final_layernorm_bwd", "embedding_bwd",
       "grad_sync_nonexpert", "grad_sync_expert", "zero_param_allgather", "tied_embedding_allreduce", "adam_step",
@@ -72,7 +73,8 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
   edp = &groups->expert_data();
   setup_dims();
   register_params();
-  store.finalize(opt.seed, dp->size(), edp->size(), ops.memory());
+  store.finalize(opt.seed, dp->size(), edp->size(), ops.memory(), cfg.zero >= 3);
+  setup_zero3();
   const std::size_t ne_shard = cfg.zero == 0 ? store.params(false).size() : store.params(false).size() / dp->size();
   const std::size_t ex_shard = cfg.zero == 0 ? store.params(true).size() : store.params(true).size() / edp->size();
   zeros(m_ne, ne_shard);
@@ -164,6 +166,7 @@ int Trainer::Impl::add_param(const std::string& name, const std::string& kind, i
   p.tensor_id = id;
   p.expert = expert;
   p.tp_replicated = tp_replicated;
+  p.unit = registering_unit;
   if (expert)
     p.primary = edp->rank() == 0;
   else
@@ -196,7 +199,9 @@ void Trainer::Impl::register_params() {
   // The first stage holds the embedding, the last the final norm and the LM head (with tied
   // embeddings and P > 1, a copy of the embedding, initialized alike and kept equal).
   const Slice vocab_rows = make_slice(1, V, h, 0, 1, v0, v0 + V_l, {{0, h}});
+  registering_unit = 0;
   if (first_stage()) emb = add_param("embedding", "embedding", 1, false, false, vocab_rows, 0, sd);
+  registering_unit = L + 1;
   if (last_stage()) {
     if (!model.tie_embeddings) lm = add_param("lm_head", "lm_head", 2, false, false, vocab_rows, 0, sd);
     else if (first_stage()) lm = emb;
@@ -210,6 +215,7 @@ void Trainer::Impl::register_params() {
   for (int l = 0; l < L; ++l) {
     if (!holds_layer(l)) continue;
     LayerIds& li = ids[l];
+    registering_unit = l + 1;
     const int base = 100 * (l + 1);
     const std::string p = "layer" + std::to_string(l) + ".";
     li.moe = model.is_moe_layer(l);
@@ -379,6 +385,15 @@ void Trainer::Impl::check_finite(double loss_share) {
                 (loss_bad ? "; the loss is non-finite too" : "") + ")";
         break;
       }
+    }
+    for (int b = 0; b < 2 && found.empty(); ++b) {  // ZeRO-3: the layers' gradients are in the owned shards
+      if (!zero3[b]) continue;
+      host.resize(grad_shard[b].size());
+      ops.to_host(grad_shard[b].data(), host.data(), host.size());
+      for (std::size_t i = 0; i < host.size() && found.empty(); ++i)
+        if (!std::isfinite(host[i]))
+          found = std::string("non-finite gradient in the owned ZeRO-3 shard of the ") + (b ? "expert" : "non-expert") +
+                  " parameters (element " + std::to_string(i) + (loss_bad ? "; the loss is non-finite too" : "") + ")";
     }
     if (found.empty() && loss_bad) found = "non-finite loss (" + std::to_string(loss_share) + ") with finite gradients";
   }

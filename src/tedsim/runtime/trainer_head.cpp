@@ -6,6 +6,7 @@
 namespace tedsim::runtime {
 
 void Trainer::Impl::embed_forward() {
+  gather_unit(0);
   const double t0 = clock();
   float* x = ensure(inputs[0], static_cast<std::size_t>(Tl) * h);
   float* rows = block_output(x);
@@ -19,6 +20,7 @@ void Trainer::Impl::embed_forward() {
 
 double Trainer::Impl::head_and_loss(bool backward) {
   const std::size_t Thl = static_cast<std::size_t>(Tl) * h;
+  gather_unit(L + 1);
   double t0 = clock();
   norm_forward(inputs[L].data(), lnf_g, lnf_b, ensure(xf, Thl), lnf_mean, lnf_rstd);
   charge(kOther, "final_layernorm", t0, clock());

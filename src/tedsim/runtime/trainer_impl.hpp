@@ -145,6 +145,14 @@ struct Trainer::Impl {
 
   // Optimizer state for the owned shards.
   Tensor m_ne, v_ne, m_ex, v_ex;
+  // ZeRO-3 (trainer_zero3.cpp), per buffer (0 non-expert, 1 expert) where its group has more than
+  // one rank: parameters owned by shard unit (0 the embedding, 1 + l layer l, L + 1 the head) and
+  // gathered before use; the owned shards' gradients accumulated in `grad_shard`, unit after unit
+  // in the order of m and v (unit u's at shard_at[b][u]).
+  bool zero3[2] = {false, false};
+  Tensor grad_shard[2], zero3_scratch;
+  std::vector<std::size_t> shard_at[2];
+  int registering_unit = 0;  // the unit add_param gives a parameter
   std::int64_t iter = 0;
   int adam_step = 0;
 
@@ -228,7 +236,7 @@ struct Trainer::Impl {
   void group_aux(Routing& r);
   // SP: the gradients of parameters every tensor rank holds whole (norms, router) summed over
   // the tensor group, each rank having computed them on its own tokens.
-  void sync_sequence_parallel_grads();
+  void sync_sequence_parallel_grads(int only_unit = -1);  // -1: every parameter but ZeRO-3's layer units'
   // Uneven all-to-all over the expert group, counts in elements; recorded and replayed like the others.
   void all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
                     const std::vector<std::size_t>& recv_counts, const char* name);
@@ -308,6 +316,21 @@ struct Trainer::Impl {
   // The pipeline's run_micro_batches: every pass of this stage in the schedule's order.
   std::array<double, 3> run_pipeline(std::int64_t it, bool backward);
   void sync_tied_embedding();
+
+  // ---------------------------------------------------------------- ZeRO-3 (trainer_zero3.cpp)
+  Communicator& sync_group(int buffer) { return buffer ? *edp : *dp; }
+  void setup_zero3();
+  // All-gathers unit u's parameters from their owners (before its forward, its recompute and its
+  // backward, as DeepSpeed stage 3 does).
+  void gather_unit(int u);
+  // After a layer's backward, every micro-batch: its gradients reduce-scattered into the owned
+  // shard (SP's replicated ones summed over the tensor group first), the full ones zeroed.
+  void reduce_unit_grads(int u);
+  // The step's end: the embedding's and the head's units (after the tied-embedding sync), then Adam
+  // on every owned shard; the parameters stay sharded until gathered for use.
+  void zero3_sync_and_update(int buffer, const kernels::AdamConfig& ac);
+  // Every unit gathered (checksums read whole parameters).
+  void gather_all_units();
 
   // ---------------------------------------------------------------- gradient sync + Adam
   void check_finite(double loss_share);

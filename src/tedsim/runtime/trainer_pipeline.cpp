@@ -56,6 +56,7 @@ void Trainer::Impl::chunk_forward(const ModelChunk& chunk, bool backward_follows
     stash[l].clear();
     mode = ckpt && cfg.cac ? CommMode::record : CommMode::live;
     cur_stash = &stash[l];
+    gather_unit(l + 1);
     layer_forward(l, inputs[l].data(), A, ensure(inputs[l + 1], static_cast<std::size_t>(Tl) * h));
   }
   mode = CommMode::live;
@@ -65,6 +66,7 @@ void Trainer::Impl::chunk_backward(const ModelChunk& chunk) {
   const bool ckpt = cfg.full_recompute();
   for (int l = chunk.first_layer + chunk.layers - 1; l >= chunk.first_layer; --l) {
     LayerActs& A = acts[cfg.full_recompute() ? 0 : l];
+    gather_unit(l + 1);  // ZeRO-3: for the recompute and the backward
     if (ckpt) {  // recompute this layer's forward from its checkpointed input
       mode = cfg.cac ? CommMode::replay : CommMode::live;
       cur_stash = &stash[l];
@@ -77,6 +79,7 @@ void Trainer::Impl::chunk_backward(const ModelChunk& chunk) {
       stash[l].shrink_to_fit();
     }
     layer_backward(l, inputs[l].data(), A, gbuf.data());
+    reduce_unit_grads(l + 1);
   }
 }
 

@@ -39,13 +39,16 @@ void Trainer::Impl::group_aux(Routing& r) {
   ops.set_group_aux(r, stats.data(), T);
 }
 
-void Trainer::Impl::sync_sequence_parallel_grads() {
+void Trainer::Impl::sync_sequence_parallel_grads(int only_unit) {
   if (!sp) return;
   std::vector<int> replicated;
   std::size_t total = 0;
   for (std::size_t id = 0; id < store.infos().size(); ++id) {
     const ParamInfo& p = store.info(static_cast<int>(id));
     if (!p.tp_replicated) continue;
+    // ZeRO-3 reduce-scatters a layer's gradients after each backward: they are summed there.
+    const bool per_layer = zero3[p.expert] && p.unit >= 1 && p.unit <= L;
+    if (only_unit >= 0 ? p.unit != only_unit || !per_layer : per_layer) continue;
     replicated.push_back(static_cast<int>(id));
     total += p.numel;
   }

@@ -1,4 +1,5 @@
-// After the last micro-batch: gradient sync over the data and expert-data groups (ZeRO 0/1),
+// After the last micro-batch: gradient sync over the data and expert-data groups (ZeRO 0/1; ZeRO-3
+// in trainer_zero3.cpp),
 // Adam (tiled for experts), and the global checksums the equivalence tests compare.
 #include "tedsim/runtime/trainer_impl.hpp"
 
@@ -9,6 +10,10 @@ void Trainer::Impl::sync_and_update() {
   kernels::AdamConfig ac;
   ac.lr = opt.lr;
   for (int expert = 0; expert < 2; ++expert) {
+    if (zero3[expert]) {
+      zero3_sync_and_update(expert, ac);
+      continue;
+    }
     Communicator& comm = expert ? *edp : *dp;
     Tensor& p = store.params(expert);
     Tensor& g = store.grads(expert);
@@ -45,6 +50,7 @@ void Trainer::Impl::sync_and_update() {
 }
 
 std::vector<Checksum> Trainer::Impl::checksums() {
+  gather_all_units();  // ZeRO-3: each rank holds only its shards up to date
   std::map<std::string, std::pair<double, double>> by_kind;
   std::vector<std::string> kinds = {"embedding", "lm_head",  "final_ln",   "ln",        "attn_qkv", "attn_out",
                                     "mlp_fc1",   "mlp_fc2",  "gate",       "expert_fc1", "expert_fc2"};
