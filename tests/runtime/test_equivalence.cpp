@@ -97,13 +97,7 @@ std::string name_of(const EqCase& c) {
   return n + models[c.model] + (c.sp ? "_sp" : "");
 }
 
-class Equivalence : public ::testing::TestWithParam<EqCase> {};
-
-TEST_P(Equivalence, MatchesSingleRank) {
-  const EqCase& k = GetParam();
-  Communicator& world = runtime_world();
-  if (world.size() != k.ranks) GTEST_SKIP() << "needs " << k.ranks << " ranks";
-  const TrainRun& gold = golden(k.model);
+ParallelConfig config_of(const EqCase& k) {
   ParallelConfig c;
   c.gpus = k.ranks;
   c.tp = k.tp;
@@ -119,6 +113,17 @@ TEST_P(Equivalence, MatchesSingleRank) {
   c.pp = k.pp;
   c.vpp = k.vpp;
   c.sequence_parallel = k.sp;
+  return c;
+}
+
+class Equivalence : public ::testing::TestWithParam<EqCase> {};
+
+TEST_P(Equivalence, MatchesSingleRank) {
+  const EqCase& k = GetParam();
+  Communicator& world = runtime_world();
+  if (world.size() != k.ranks) GTEST_SKIP() << "needs " << k.ranks << " ranks";
+  const TrainRun& gold = golden(k.model);
+  const ParallelConfig c = config_of(k);
   const TrainRun run = train(world, c, k.model);
   if (world.rank() != 0) return;  // the golden run lives on rank 0; losses and checksums are global
   ASSERT_EQ(run.losses.size(), gold.losses.size());
@@ -271,20 +276,8 @@ TEST_P(GradientEquivalence, MatchesSingleRankBeforeTheOptimizer) {
     }
     world.barrier();
   }
-  ParallelConfig c;
-  c.gpus = k.ranks;
-  c.tp = k.tp;
-  c.ep = k.ep;
-  c.micro_batch = kMicroBatch;
-  c.global_batch = kGlobalBatch;
-  c.layout = k.layout;
-  c.dtd = k.dtd;
-  c.cac = k.cac;
-  c.recompute = k.checkpoint ? Recompute::full : k.selective ? Recompute::selective : Recompute::none;
-  c.expert_tp = k.expert_tp;
-  c.pp = k.pp;
-  c.vpp = k.vpp;
-  c.sequence_parallel = k.sp;
+  ParallelConfig c = config_of(k);
+  c.zero = 0;  // gradients before any sync
   runtime::Trainer tr(world, equivalence_model(k.model), c, equivalence_options());
   tr.loss_and_grads(0);
   const auto sums = gradient_sums(tr, world, k.tp);
