@@ -326,6 +326,9 @@ struct Trainer::Impl {
   // After a layer's backward, every micro-batch: its gradients reduce-scattered into the owned
   // shard (SP's replicated ones summed over the tensor group first), the full ones zeroed.
   void reduce_unit_grads(int u);
+  // Unit u's gradients in buffer b reduce-scattered and added to the owned shard; false where
+  // buffer b is not sharded or the unit has none of its parameters.
+  bool reduce_into_shard(int b, int u);
   // The step's end: the embedding's and the head's units (after the tied-embedding sync), then Adam
   // on every owned shard; the parameters stay sharded until gathered for use.
   void zero3_sync_and_update(int buffer, const kernels::AdamConfig& ac);

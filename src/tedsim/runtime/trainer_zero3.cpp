@@ -46,22 +46,28 @@ void Trainer::Impl::gather_unit(int u) {
   if (moved) charge(kDpGradSync, "zero3_param_allgather", t0, now_s());
 }
 
+bool Trainer::Impl::reduce_into_shard(int b, int u) {
+  const ParamStore::UnitRange& r = store.units()[u];
+  if (!zero3[b] || r.size[b] == 0) return false;
+  Communicator& comm = sync_group(b);
+  const std::size_t count = r.size[b] / comm.size();
+  float* reduced = ensure(zero3_scratch, count);
+  comm.reduce_scatter(store.grads(b).data() + r.offset[b], reduced, count, Dtype::fp32);
+  comm.wait();
+  add_into(count, reduced, grad_shard[b].data() + shard_at[b][u]);
+  return true;
+}
+
 void Trainer::Impl::reduce_unit_grads(int u) {
   if (!zero3[0] && !zero3[1]) return;
   sync_sequence_parallel_grads(u);
   const double t0 = clock();
   bool moved = false;
   for (int b = 0; b < 2; ++b) {
+    if (!reduce_into_shard(b, u)) continue;
     const ParamStore::UnitRange& r = store.units()[u];
-    if (!zero3[b] || r.size[b] == 0) continue;
-    Communicator& comm = sync_group(b);
-    const std::size_t count = r.size[b] / comm.size();
-    float* grads = store.grads(b).data() + r.offset[b];
-    float* reduced = ensure(zero3_scratch, count);
-    comm.reduce_scatter(grads, reduced, count, Dtype::fp32);
-    comm.wait();
-    add_into(count, reduced, grad_shard[b].data() + shard_at[b][u]);
-    ops.memory().zero(grads, r.size[b] * sizeof(float));  // the next micro-batch accumulates afresh
+    // The next micro-batch accumulates afresh.
+    ops.memory().zero(store.grads(b).data() + r.offset[b], r.size[b] * sizeof(float));
     moved = true;
   }
   if (moved) charge(kDpGradSync, "zero3_grad_reducescatter", t0, now_s());
@@ -73,14 +79,8 @@ void Trainer::Impl::zero3_sync_and_update(int b, const kernels::AdamConfig& ac) 
   const std::vector<ParamStore::UnitRange>& units = store.units();
   // The embedding's and the head's units: reduce-scattered now.
   double t0 = clock();
-  for (int u : {0, L + 1}) {
-    if (u >= static_cast<int>(units.size()) || units[u].size[b] == 0) continue;
-    const std::size_t count = units[u].size[b] / n;
-    float* reduced = ensure(zero3_scratch, count);
-    comm.reduce_scatter(store.grads(b).data() + units[u].offset[b], reduced, count, Dtype::fp32);
-    comm.wait();
-    add_into(count, reduced, grad_shard[b].data() + shard_at[b][u]);
-  }
+  for (int u : {0, L + 1})
+    if (u < static_cast<int>(units.size())) reduce_into_shard(b, u);
   charge(kDpGradSync, b ? "grad_sync_expert" : "grad_sync_nonexpert", t0, now_s());
   t0 = clock();
   Tensor& m = b ? m_ex : m_ne;
