@@ -58,7 +58,9 @@ int run_collective(const CollectiveQuery& q) {
   nlohmann::json rows = nlohmann::json::array();
   for (double bytes : q.bytes) {
     if (!(bytes > 0)) throw InputError("--bytes: expected positive sizes, got " + number(bytes, 0));
-    const double t = profile->collective_seconds(op, span, bytes);
+    // send_recv answers as the cost model asks it: the pipeline's p2p between a pair of ranks.
+    const double t = op == CollectiveOp::send_recv ? profile->p2p_seconds(span, bytes)
+                                                   : profile->collective_seconds(op, span, bytes);
     const double algbw = bytes / t / 1e9, busbw = algbw * factor, bottleneck = bytes * bottleneck_share / t / 1e9;
     table.add_row({number(bytes, 0), number(t * 1e6, 1), number(algbw, 2), number(busbw, 2),
                    op == CollectiveOp::all_to_all ? number(bottleneck, 2) : ""});
@@ -87,7 +89,7 @@ void register_profile_collective(CLI::App& profile_cmd, Action& action) {
       "collective", "what one collective on one group costs, size by size (time, algbw, busbw, all-to-all bottleneck)");
   cmd->add_option("--topology", q->topology, "shipped topology name or path to a topology YAML")->required();
   cmd->add_option("--profile", q->profile, "measured profile (default: the topology's analytic profile)");
-  cmd->add_option("--op", q->op, "all_reduce, all_gather, reduce_scatter or all_to_all")->required();
+  cmd->add_option("--op", q->op, "all_reduce, all_gather, reduce_scatter, all_to_all or send_recv (pipeline p2p)")->required();
   cmd->add_option("--ranks", q->ranks, "ranks in the group")->required();
   cmd->add_option("--ranks-per-node", q->ranks_per_node, "ranks on one node (default: the topology's devices per node)");
   cmd->add_option("--bytes", q->bytes, "sizes in nccl-tests' convention (per-rank buffer; all-to-all: the whole send buffer)")

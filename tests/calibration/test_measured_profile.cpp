@@ -368,6 +368,22 @@ TEST(MeasuredProfileLookup, UnmeasuredGroupShapeScalesByBusBandwidthFactor) {
   EXPECT_EQ(p.warnings().size(), 2u);
 }
 
+// The pipeline's p2p is the send_recv collective as calibrated on the pipeline groups; a profile
+// without it says so once and answers from the topology.
+TEST(MeasuredProfileLookup, PipelineP2pAnswersFromTheMeasuredSendRecv) {
+  const GroupSpan pair{2, 1, 2, 1, false};
+  const MeasuredProfile p(alpha_beta_collectives(5e-6, 2e9, pair, CollectiveOp::send_recv), local_cpu());
+  EXPECT_NEAR(p.p2p_seconds(pair, 65536), 5e-6 + 65536 / 2e9, 1e-9);
+  EXPECT_EQ(p.p2p_seconds(pair, 65536), p.collective_seconds(CollectiveOp::send_recv, pair, 65536));
+  EXPECT_TRUE(p.warnings().empty());
+  const MeasuredProfile without(alpha_beta_collectives(5e-6, 2e9, pair, CollectiveOp::all_reduce), local_cpu());
+  const AnalyticProfile analytic(local_cpu());
+  EXPECT_EQ(without.p2p_seconds(pair, 65536), analytic.p2p_seconds(pair, 65536));
+  (void)without.p2p_seconds(pair, 1 << 20);
+  ASSERT_EQ(without.warnings().size(), 1u);
+  EXPECT_NE(without.warnings()[0].find("p2p inside a node: not in this profile"), std::string::npos);
+}
+
 // Samples an analytic profile at a few points per axis, as a calibration would.
 ProfileData sample_analytic(const Profile& a) {
   ProfileData d = sample_data();

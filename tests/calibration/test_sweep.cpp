@@ -39,6 +39,33 @@ TEST(Sweep, ModelShapesFollowTheModelAndTheGridDoesNot) {
   EXPECT_EQ(grid_tiny.collectives.size(), tiny.collectives.size());
 }
 
+// Pipeline configurations of the world add the p2p exchange on the pipeline groups, labelled with
+// the span the cost model looks up (a pair); the GPU sweep leaves it out (no NCCL p2p yet).
+TEST(Sweep, PipelineStagesAddTheSendRecvExchange) {
+  SweepOptions o;
+  o.gpus = o.world = 4;
+  o.ranks_per_node = 4;
+  o.quick = true;
+  const Sweep s = derive_sweep(model("tiny-moe"), local_cpu(), o);
+  int send_recv = 0;
+  for (const CollectiveCaseSpec& c : s.collectives)
+    if (c.op == CollectiveOp::send_recv) {
+      ++send_recv;
+      EXPECT_EQ(c.kind, GroupKind::pipeline);
+      EXPECT_GT(c.p, 1);
+      EXPECT_EQ(c.span.ranks, 2);
+      EXPECT_EQ(c.span.nodes, 1);
+    }
+  EXPECT_GT(send_recv, 0);
+  o.gpu = true;
+  for (const CollectiveCaseSpec& c : derive_sweep(model("tiny-moe"), local_cpu(), o).collectives)
+    EXPECT_NE(c.op, CollectiveOp::send_recv);
+  o.gpu = false;
+  o.gpus = o.world = 1;
+  for (const CollectiveCaseSpec& c : derive_sweep(model("tiny-moe"), local_cpu(), o).collectives)
+    EXPECT_NE(c.op, CollectiveOp::send_recv);
+}
+
 // More ranks on one host than the topology's node (4 ranks on a host, local-cpu's nodes have 2):
 // the placed node is one island, so no group crosses islands and no series is measured twice.
 TEST(Sweep, RanksPlacedOnOneHostNeverCrossIslands) {

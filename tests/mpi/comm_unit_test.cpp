@@ -140,6 +140,7 @@ TEST(CollectiveTable, BusBandwidthFactorsFollowNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::reduce_scatter, 4), 3.0 / 4);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::all_to_all, 2), 0.5);
   EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::all_reduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::send_recv, 4), 1.0);  // the whole message, one link
   static_assert(bus_bandwidth_factor(CollectiveOp::all_reduce, 2) == 1.0, "usable at compile time");
 }
 
@@ -148,6 +149,8 @@ TEST(CollectiveTable, CountsSplitEvenly) {
   EXPECT_EQ(chunk_count(CollectiveOp::all_gather, 1000, 4), 250);
   EXPECT_EQ(usable_count(CollectiveOp::all_reduce, 1001, 4), 1001);
   EXPECT_EQ(chunk_count(CollectiveOp::all_reduce, 1001, 4), 1001);
+  EXPECT_EQ(usable_count(CollectiveOp::send_recv, 1001, 4), 1001);  // a message, not split over ranks
+  EXPECT_EQ(chunk_count(CollectiveOp::send_recv, 1001, 4), 1001);
 }
 
 TEST(CollectiveTable, SweepCountsStepByFactorAndEndAtMax) {

@@ -13,6 +13,7 @@
 #include "mpi_world.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/comm/half.hpp"
+#include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/core/error.hpp"
 
 namespace tedsim {
@@ -48,7 +49,7 @@ TEST_P(MpiCollective, NoWrongElementsForEveryDtypeAndSize) {
     for (std::int64_t count : {std::int64_t(0), std::int64_t(1), std::int64_t(w.size()),
                                std::int64_t(1000), std::int64_t(65536 + 5)})
       for (bool in_place : {false, true}) {
-        if (in_place && op == CollectiveOp::all_to_all) continue;
+        if (in_place && (op == CollectiveOp::all_to_all || op == CollectiveOp::send_recv)) continue;
         CollectiveCase c;
         c.op = op;
         c.count = count;
@@ -62,8 +63,10 @@ TEST_P(MpiCollective, NoWrongElementsForEveryDtypeAndSize) {
         EXPECT_EQ(r.wrong, 0);
         EXPECT_EQ(r.ranks, w.size());
         EXPECT_EQ(r.bytes, r.count * bytes_of(dtype));
-        if (op != CollectiveOp::all_reduce) {
+        if (splits_over_ranks(op)) {
           EXPECT_EQ(r.count % w.size(), 0);
+        } else {
+          EXPECT_EQ(r.count, count);
         }
         EXPECT_LE(r.count, count);
         EXPECT_LE(r.time_min_s, r.time_median_s);
@@ -77,7 +80,8 @@ TEST_P(MpiCollective, NoWrongElementsForEveryDtypeAndSize) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, MpiCollective,
                          ::testing::Values(CollectiveOp::all_reduce, CollectiveOp::all_gather,
-                                           CollectiveOp::reduce_scatter, CollectiveOp::all_to_all),
+                                           CollectiveOp::reduce_scatter, CollectiveOp::all_to_all,
+                                           CollectiveOp::send_recv),
                          [](const ::testing::TestParamInfo<CollectiveOp>& info) {
                            return std::string(to_string(info.param));
                          });
@@ -157,7 +161,10 @@ class CorruptingCommunicator final : public Communicator {
   void wait() override { in_.wait(); }
   std::uint64_t send(const void* b, std::size_t n, Dtype t, int peer) override { return in_.send(b, n, t, peer); }
   bool send_done(std::uint64_t ticket) override { return in_.send_done(ticket); }
-  void recv(void* b, std::size_t n, Dtype t, int peer) override { in_.recv(b, n, t, peer); }
+  void recv(void* b, std::size_t n, Dtype t, int peer) override {
+    in_.recv(b, n, t, peer);
+    if (rank() == 1 && n > 0) store_from_float(b, 0, t, load_as_float(b, 0, t) + 100.f);  // rank 0 receives nothing
+  }
   void wait_sends() override { in_.wait_sends(); }
   std::unique_ptr<Communicator> split(const std::vector<int>& m, const std::string& n) override {
     return in_.split(m, n);
@@ -185,6 +192,32 @@ TEST(MpiCheck, CountsWrongElementsOverTheGroup) {
     c.iters = 2;
     EXPECT_EQ(check_and_time(bad, c).wrong, 1) << to_string(op);
   }
+  // The pipeline chain: rank 1's message from rank 0 is corrupted (one rank: no message at all).
+  CollectiveCase c;
+  c.op = CollectiveOp::send_recv;
+  c.count = 64;
+  c.iters = 2;
+  EXPECT_EQ(check_and_time(bad, c).wrong, bad.size() > 1 ? 1 : 0);
+}
+
+// Every pipeline group of a layout exchanges at once, and each stage gets its predecessor's
+// message: with 2 stages of 2 ranks, two chains of two.
+TEST(MpiCheck, SendRecvRunsOnEveryPipelineGroupAtOnce) {
+  Communicator& w = world();
+  if (w.size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  TedGroups groups(w, TedLayout(w.size(), 1, 1, RankLayout::ted, true, 2));
+  EXPECT_EQ(groups.pipeline().size(), 2);
+  EXPECT_EQ(groups.members(GroupKind::pipeline),
+            (std::vector<int>{w.rank() % (w.size() / 2), w.rank() % (w.size() / 2) + w.size() / 2}));
+  CollectiveCase c;
+  c.op = CollectiveOp::send_recv;
+  c.count = 4099;
+  c.iters = 3;
+  const CollectiveResult r = check_and_time_groups(w, groups.pipeline(), c);
+  EXPECT_EQ(r.wrong, 0);
+  EXPECT_EQ(r.groups, w.size() / 2);
+  EXPECT_EQ(r.bytes, 4099 * 4);
+  EXPECT_GT(r.time_median_s, 0);
 }
 
 // Uneven splits, as dropless dispatch makes them: rank i sends (i + 2 j + 1) % 5 elements to rank j

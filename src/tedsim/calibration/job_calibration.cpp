@@ -96,10 +96,15 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
     for (const CollectiveLookup& c : recording.collectives()) {
       if (!measured.departs(c.op, c.span, c.bytes)) continue;
       int kind = -1;
-      for (GroupKind gk : TedGroups::kinds) {
-        const SpanSet& set = spans.of(gk);
-        for (int i = 0; i < set.count; ++i)
-          if (same_span(set.spans[std::size_t(i)], c.span)) kind = int(gk);
+      if (c.op == CollectiveOp::send_recv) {
+        // NCCL point-to-point is not in the communicator yet: the CUDA backend cannot measure it.
+        if (config.pp > 1 && backend != Backend::cuda && same_span(spans.p2p, c.span)) kind = int(GroupKind::pipeline);
+      } else {
+        for (GroupKind gk : TedGroups::kinds) {
+          const SpanSet& set = spans.of(gk);
+          for (int i = 0; i < set.count; ++i)
+            if (same_span(set.spans[std::size_t(i)], c.span)) kind = int(gk);
+        }
       }
       if (kind < 0) {
         ++result.unmeasurable;
@@ -204,7 +209,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
       // The lookup's size, rounded to whole elements per rank both ways, so the measured points
       // bracket it (rank-split collectives need a multiple of the group size).
       const double elems = c[7] / double(bytes_of(dtype));
-      const std::int64_t n = group.size();
+      const std::int64_t n = splits_over_ranks(CollectiveOp(int(c[0]))) ? group.size() : 1;
       const std::int64_t down = std::max<std::int64_t>(n, std::int64_t(std::floor(elems / double(n))) * n);
       const std::int64_t up = std::max<std::int64_t>(n, std::int64_t(std::ceil(elems / double(n))) * n);
       for (std::int64_t count : down == up ? std::vector<std::int64_t>{down} : std::vector<std::int64_t>{down, up}) {

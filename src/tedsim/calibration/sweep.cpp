@@ -41,7 +41,9 @@ class RecordingProfile final : public Profile {
     if (span.ranks > 1) largest_collective = std::max(largest_collective, bytes);
     return 1e-6;
   }
-  double p2p_seconds(const GroupSpan&, double) const override { return 1e-6; }
+  double p2p_seconds(const GroupSpan& span, double bytes) const override {
+    return collective_seconds(CollectiveOp::send_recv, span, bytes);
+  }
   std::string describe() const override { return "recording"; }
 
   mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> gemms;
@@ -223,6 +225,19 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   const std::vector<double> segments = o.quick ? std::vector<double>{0, 8e-3, 64e-3}
                                                : std::vector<double>{0, 2e-3, 8e-3, 32e-3, 128e-3};
   const std::vector<std::int64_t> counts = sweep_counts(sweep.min_bytes, sweep.max_bytes, sweep.step_factor, o.dtype);
+  // Every size of `op` on the groups of `cs`, once per op and group shape.
+  const auto add_cases = [&](CollectiveCaseSpec cs, CollectiveOp op) {
+    const GroupSpan& span = cs.span;
+    if (!measured.insert({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
+                          span.crosses_islands})
+             .second)
+      return;
+    cs.op = op;
+    for (std::int64_t count : counts) {
+      cs.count = count;
+      sweep.collectives.push_back(cs);
+    }
+  };
   for (const ParallelConfig& c : enumerate_configs(model, world_space)) {
     // Pipeline stages hold their own (smaller) data and expert-data groups.
     if (!layouts.insert({c.pp, c.tp, c.ep, int(c.layout), c.expert_tp}).second) continue;
@@ -255,18 +270,20 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
           sc.compute_s = compute_s;
           sweep.skews.push_back(sc);
         }
-      for (CollectiveOp op : ops) {
-        if (!measured.insert({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
-                              span.crosses_islands})
-                 .second)
-          continue;
-        for (std::int64_t count : counts) {
-          CollectiveCaseSpec cs = on_these_groups(CollectiveCaseSpec{});
-          cs.op = op;
-          cs.count = count;
-          sweep.collectives.push_back(cs);
-        }
-      }
+      for (CollectiveOp op : ops) add_cases(on_these_groups(CollectiveCaseSpec{}), op);
+    }
+    // The pipeline's p2p: every neighbour pair at once, labelled with the worst pair's span (the
+    // cost model's lookup). NCCL point-to-point is not in the communicator yet: CPU only.
+    if (c.pp > 1 && !o.gpu) {
+      CollectiveCaseSpec cs;
+      cs.kind = GroupKind::pipeline;
+      cs.t = c.tp;
+      cs.e = c.ep;
+      cs.p = c.pp;
+      cs.layout = c.layout;
+      cs.expert_tp = c.expert_tp;
+      cs.span = spans.p2p;
+      add_cases(cs, CollectiveOp::send_recv);
     }
   }
   // Group by layout so each layout's communicators are split once.

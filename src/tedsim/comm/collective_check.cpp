@@ -25,7 +25,7 @@ int reduction_range(Dtype dtype, int n) { return std::clamp(int(exact_integers(d
 // Input element i of rank r.
 // - Reductions: integers in [-v, v], different per rank and per position, so a missing or doubled
 //   rank shows up and sums stay exact (see reduction_range).
-// - All-gather and all-to-all only move data: a hash of (rank, position) into the exact integers
+// - All-gather, all-to-all and send-recv only move data: a hash of (rank, position) into the exact integers
 //   of every dtype, so a chunk from the wrong rank or the wrong offset differs almost everywhere
 //   (a pattern periodic in the rank or the position would let such a chunk pass).
 float input_value(const CollectiveCase& c, int n, int r, std::int64_t i) {
@@ -56,6 +56,7 @@ float expected_value(const CollectiveCase& c, int n, int me, std::int64_t chunk,
     case CollectiveOp::reduce_scatter: return reduce(std::int64_t(me) * chunk + i);
     case CollectiveOp::all_to_all:
       return input_value(c, n, int(i / chunk), std::int64_t(me) * chunk + i % chunk);
+    case CollectiveOp::send_recv: return input_value(c, n, me - 1, i);  // the previous stage's message
     case CollectiveOp::count: break;
   }
   return 0;
@@ -97,8 +98,8 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   const int n = comm.size(), me = comm.rank();
   if (c.count < 0 || c.warmup < 0 || c.iters < 1)
     throw InputError(comm.where() + ": collective check needs count >= 0, warmup >= 0, iters >= 1");
-  if (c.in_place && c.op == CollectiveOp::all_to_all)
-    throw InputError(comm.where() + ": all_to_all cannot run in place");
+  if (c.in_place && (c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::send_recv))
+    throw InputError(comm.where() + ": " + to_string(c.op) + " cannot run in place");
   if (!reduces(c.op) && c.redop != ReduceOp::sum)
     throw InputError(comm.where() + ": " + to_string(c.op) + " does not reduce; redop must be sum");
 
@@ -118,6 +119,11 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   std::int64_t in_count = res.count, out_count = res.count, out_offset = 0;
   if (c.op == CollectiveOp::all_gather) in_count = chunk;
   if (c.op == CollectiveOp::reduce_scatter) out_count = chunk;
+  // send_recv is a chain: the first stage receives nothing (its buffer keeps one element, so every
+  // rank has one to hand the backend), the last sends nothing.
+  const bool receives = c.op != CollectiveOp::send_recv || me > 0;
+  const bool sends = c.op != CollectiveOp::send_recv || me + 1 < n;
+  if (!receives) out_count = 0;
 
   // Host images of the input (for upload) and of the expected output.
   std::vector<std::byte> host_in(std::size_t(in_count) * esize);
@@ -136,7 +142,7 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
     if (c.op == CollectiveOp::reduce_scatter) out_offset = std::int64_t(me) * chunk;
   } else {
     send = comm.make_buffer(std::size_t(in_count) * esize);
-    recv = comm.make_buffer(std::size_t(out_count) * esize);
+    recv = comm.make_buffer(std::size_t(std::max<std::int64_t>(out_count, receives ? 0 : 1)) * esize);
   }
   CommBuffer& in_buf = c.in_place ? *recv : *send;
   char* const recv_ptr = static_cast<char*>(recv->data());
@@ -159,6 +165,12 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
         break;
       case CollectiveOp::all_to_all:
         comm.all_to_all(send_ptr, recv_ptr, std::size_t(chunk), c.dtype);
+        break;
+      case CollectiveOp::send_recv:
+        // Send first: the send returns at once, so the chain never waits on itself.
+        if (sends) comm.send(send_ptr, std::size_t(res.count), c.dtype, me + 1);
+        if (receives) comm.recv(recv_ptr, std::size_t(res.count), c.dtype, me - 1);
+        comm.wait_sends();
         break;
       case CollectiveOp::count: break;
     }

@@ -21,7 +21,7 @@ struct CollectiveCase {
   std::int64_t count = 0;
   Dtype dtype = Dtype::fp32;
   ReduceOp redop = ReduceOp::sum;  // all_reduce and reduce_scatter only
-  bool in_place = false;           // not for all_to_all
+  bool in_place = false;           // not for all_to_all or send_recv
   int warmup = 2;                  // untimed repetitions first (connection setup, caches)
   int iters = 10;                  // timed repetitions
 };

@@ -42,6 +42,7 @@ double AnalyticProfile::kernel_seconds(KernelKind, double bytes, Dtype) const {
 double AnalyticProfile::collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const {
   const int n = span.ranks;
   if (n <= 1 || bytes <= 0) return 0.0;
+  if (op == CollectiveOp::send_recv) return p2p_seconds(span, bytes);
   const bool multi_node = span.nodes > 1;
   const double intra_bw = (span.crosses_islands ? topo_.cross_island_bandwidth_gbs : topo_.intra.bandwidth_gbs) *
                           kGB * topo_.intra.efficiency;

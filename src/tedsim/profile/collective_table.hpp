@@ -13,6 +13,7 @@ namespace tedsim {
 // bandwidth each link must carry in an optimal ring, so numbers compare across group sizes:
 //   all-reduce                               2(n-1)/n  (a reduce-scatter then an all-gather)
 //   all-gather, reduce-scatter, all-to-all    (n-1)/n  (each rank moves all but its own share)
+//   send-recv                                 1        (each rank's whole message crosses one link)
 // n <= 1 moves nothing over a link: the factor is 0.
 constexpr double bus_bandwidth_factor(CollectiveOp op, int n) {
   if (n <= 1) return 0.0;
@@ -22,6 +23,7 @@ constexpr double bus_bandwidth_factor(CollectiveOp op, int n) {
     case CollectiveOp::all_gather:
     case CollectiveOp::reduce_scatter:
     case CollectiveOp::all_to_all: return share;
+    case CollectiveOp::send_recv: return 1.0;
     case CollectiveOp::count: break;
   }
   return 0.0;
@@ -29,16 +31,19 @@ constexpr double bus_bandwidth_factor(CollectiveOp op, int n) {
 
 // nccl-tests "count" is the element count of its "size" column, which is the per-rank buffer of:
 //   all-reduce: the (in = out) buffer; all-gather: the output; reduce-scatter: the input;
-//   all-to-all: the whole send buffer.
+//   all-to-all: the whole send buffer; send-recv: the message to the next stage.
 // The communicator API instead takes the per-rank chunk for the three rank-split collectives;
 // these convert between the two views. `count` must be a multiple of n for those three.
+constexpr bool splits_over_ranks(CollectiveOp op) {
+  return op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter || op == CollectiveOp::all_to_all;
+}
 constexpr std::int64_t chunk_count(CollectiveOp op, std::int64_t count, int n) {
-  return op == CollectiveOp::all_reduce || n <= 0 ? count : count / n;
+  return !splits_over_ranks(op) || n <= 0 ? count : count / n;
 }
 
 // Rounds a requested element count down to one every rank can split evenly (as nccl-tests does).
 constexpr std::int64_t usable_count(CollectiveOp op, std::int64_t count, int n) {
-  return op == CollectiveOp::all_reduce || n <= 0 ? count : (count / n) * n;
+  return !splits_over_ranks(op) || n <= 0 ? count : (count / n) * n;
 }
 
 }  // namespace tedsim

@@ -83,7 +83,10 @@ MeasuredProfile::MeasuredProfile(ProfileData data, const TopologySpec& fallback_
   for (auto& [key, pts] : c) collectives_[key] = build(pts);
   for (const SkewPoint& p : data_.skews) skews_[{p.span.ranks, p.span.nodes}].push_back({p.compute_s, p.wait_mean_s});
   for (auto& [key, pts] : skews_) std::sort(pts.begin(), pts.end());
-  for (const CollectivePoint& p : data_.collectives) multi_rank_ = multi_rank_ || p.span.ranks > 1;
+  for (const CollectivePoint& p : data_.collectives) {
+    multi_rank_ = multi_rank_ || p.span.ranks > 1;
+    has_send_recv_ = has_send_recv_ || p.op == CollectiveOp::send_recv;
+  }
   for (std::size_t i = 0; i < data_.gemms.size(); ++i)
     if (data_.gemms[i].seconds.median_s > 0) gemms_by_dtype_[int(data_.gemms[i].shape.dtype)].push_back(i);
 }
@@ -244,11 +247,15 @@ bool MeasuredProfile::departs(CollectiveOp op, const GroupSpan& span, double byt
   return collective_answer(op, span, bytes).departed;
 }
 
+// The pipeline's exchange is measured as the send_recv collective on the pipeline groups. A
+// profile without any (single-stage calibration, or made before tedsim measured it) says so once.
 double MeasuredProfile::p2p_seconds(const GroupSpan& span, double bytes) const {
+  if (has_send_recv_) return collective_seconds(CollectiveOp::send_recv, span, bytes);
   std::lock_guard<std::mutex> lock(mutex_);  // note() needs it: the search calls from many threads
   note(std::string("p2p ") + (span.nodes > 1 ? "inter" : "intra"),
        std::string("p2p ") + (span.nodes > 1 ? "across nodes" : "inside a node") +
-           ": not calibrated yet, analytic profile of the fallback topology used",
+           ": not in this profile (calibrate on two or more ranks measures it), analytic profile of the fallback "
+           "topology used",
        bytes);
   return fallback_.p2p_seconds(span, bytes);
 }

@@ -191,6 +191,7 @@ class MeasuredProfile final : public Profile {
   std::map<std::tuple<int, int, int, int, int, bool>, Series> collectives_;  // (op, ranks, nodes, rpn, gpn, islands)
   std::map<int, std::vector<std::size_t>> gemms_by_dtype_;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> skews_;  // (ranks, nodes): (compute, wait)
+  bool has_send_recv_ = false;  // the pipeline exchange was measured (p2p_seconds)
   bool multi_rank_ = false;  // collectives were measured (so arrival waits could have been)
 
   struct Warning {

@@ -148,7 +148,7 @@ KernelKind parse_kernel_kind(const std::string& text) {
 CollectiveOp parse_collective_op(const std::string& text) {
   for (int i = 0; i < int(CollectiveOp::count); ++i)
     if (text == to_string(CollectiveOp(i))) return CollectiveOp(i);
-  throw InputError("unknown collective '" + text + "' (all_reduce, all_gather, reduce_scatter, all_to_all)");
+  throw InputError("unknown collective '" + text + "' (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv)");
 }
 
 ProfileData at_spread_end(ProfileData data, SpreadEnd end) {

@@ -32,7 +32,9 @@ enum class KernelKind : std::uint8_t {
   count
 };
 
-enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, count };
+// send_recv is the pipeline's exchange: every rank of a pipeline group sends `bytes` to the next
+// stage and receives as much from the previous one, all neighbour pairs at once (Profile::p2p_seconds).
+enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, count };
 
 // Where a process group lives. The slowest group of a kind sets the pace, so a group shape is the
 // worst one of its kind under the rank layout.
@@ -65,6 +67,7 @@ constexpr const char* to_string(CollectiveOp op) {
     case CollectiveOp::all_gather: return "all_gather";
     case CollectiveOp::reduce_scatter: return "reduce_scatter";
     case CollectiveOp::all_to_all: return "all_to_all";
+    case CollectiveOp::send_recv: return "send_recv";
     case CollectiveOp::count: break;
   }
   return "?";

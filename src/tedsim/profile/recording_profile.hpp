@@ -1,7 +1,7 @@
 #pragma once
 // A profile that answers from another and remembers every question: the GEMM shapes, kernel sizes
-// and collectives (op, group shape, bytes) a prediction asks about, each once, in first-asked
-// order. `validate --calibrate` measures the ones its profile cannot answer from measured points.
+// and collectives (op, group shape, bytes; the pipeline's p2p as send_recv) a prediction asks
+// about, each once, in first-asked order. `validate --calibrate` measures the ones its profile cannot answer from measured points.
 #include <algorithm>
 #include <set>
 #include <tuple>
@@ -43,15 +43,14 @@ class RecordingProfile final : public Profile {
     return inner_.kernel_seconds(kind, bytes, dtype);
   }
   double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override {
-    if (span.ranks > 1 && bytes > 0 &&
-        seen_.insert(std::make_tuple('c', std::int64_t(op), std::int64_t(span.ranks), std::int64_t(span.nodes),
-                                     std::int64_t(span.max_ranks_per_node * 2 + (span.crosses_islands ? 1 : 0)),
-                                     span.groups_per_node, bytes))
-            .second)
-      collectives_.push_back({op, span, bytes});
+    record(op, span, bytes);
     return inner_.collective_seconds(op, span, bytes);
   }
-  double p2p_seconds(const GroupSpan& span, double bytes) const override { return inner_.p2p_seconds(span, bytes); }
+  // The pipeline's exchange is the send_recv collective of the pipeline groups (as calibrated).
+  double p2p_seconds(const GroupSpan& span, double bytes) const override {
+    record(CollectiveOp::send_recv, span, bytes);
+    return inner_.p2p_seconds(span, bytes);
+  }
   double arrival_wait_seconds(const GroupSpan& span, double compute_s) const override {
     if (span.ranks > 1) {
       bool found = false;
@@ -72,6 +71,14 @@ class RecordingProfile final : public Profile {
   const std::vector<SkewLookup>& skews() const { return skews_; }  // group shapes asked for their arrival wait
 
  private:
+  void record(CollectiveOp op, const GroupSpan& span, double bytes) const {
+    if (span.ranks > 1 && bytes > 0 &&
+        seen_.insert(std::make_tuple('c', std::int64_t(op), std::int64_t(span.ranks), std::int64_t(span.nodes),
+                                     std::int64_t(span.max_ranks_per_node * 2 + (span.crosses_islands ? 1 : 0)),
+                                     span.groups_per_node, bytes))
+            .second)
+      collectives_.push_back({op, span, bytes});
+  }
   const Profile& inner_;
   mutable std::set<std::tuple<char, std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, double>> seen_;
   mutable std::vector<GemmShape> gemms_;

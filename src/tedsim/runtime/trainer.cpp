@@ -58,9 +58,9 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
   pipeline_chunks = cfg.vpp;
   stage = world.rank() / layout.stage_world();
   stage_map = build_stage_map(model.layers, cfg.pp, cfg.vpp, cfg.pipeline_layout);
-  // Splits are collective over the world: every rank makes both, the same way.
-  pipe = world.split(layout.group_members(GroupKind::pipeline, world.rank()), "pipeline");
+  pipe = &groups->pipeline();
   {
+    // A split is collective over the world: every rank makes it, the same way.
     const int inner = world.rank() % layout.stage_world();
     const int last = inner + (pipeline_stages - 1) * layout.stage_world();
     const bool end = first_stage() || last_stage();

@@ -119,7 +119,7 @@ struct Trainer::Impl {
   // Pipeline: this rank's stage of `pipeline_stages`, each holding `pipeline_chunks` model chunks.
   int pipeline_stages = 1, pipeline_chunks = 1, stage = 0;
   StageMap stage_map;
-  std::unique_ptr<Communicator> pipe;   // the ranks of this rank's inner position, one per stage
+  Communicator* pipe = nullptr;         // the ranks of this rank's inner position, one per stage
   std::unique_ptr<Communicator> tied;   // first and last stage, for a tied embedding's gradient
   std::map<int, std::unique_ptr<MicroBatchState>> in_flight;  // by micro-batch
   std::deque<OutgoingMessage> outgoing;
