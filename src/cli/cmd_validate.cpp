@@ -108,8 +108,6 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (c.zero == 3 && backend == Backend::cuda)
     throw InputError("--zero 3: validate runs ZeRO-3 on the CPU backend only yet (simulate and search model it)");
   // The training step does not run these yet; a prediction would be compared with another run.
-  if (c.pp > 1 && backend == Backend::cuda)
-    throw InputError("--pp " + std::to_string(c.pp) + ": validate runs pipeline stages on the CPU backend only yet (NCCL point-to-point is not built)");
   if (c.sequence_parallel && backend == Backend::cuda)
     throw InputError("--sequence-parallel: validate runs sequence parallelism on the CPU backend only yet (simulate and search model it)");
   if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)

@@ -159,6 +159,7 @@ class CorruptingCommunicator final : public Communicator {
   }
   void barrier() override { in_.barrier(); }
   void wait() override { in_.wait(); }
+  void prepare_point_to_point() override { in_.prepare_point_to_point(); }
   std::uint64_t send(const void* b, std::size_t n, Dtype t, int peer) override { return in_.send(b, n, t, peer); }
   bool send_done(std::uint64_t ticket) override { return in_.send_done(ticket); }
   void recv(void* b, std::size_t n, Dtype t, int peer) override {

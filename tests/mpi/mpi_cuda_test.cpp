@@ -34,8 +34,8 @@ TEST(CudaBackend, NcclCollectivesAreCorrect) {
   if (cuda_device_count() < w.size()) GTEST_SKIP() << "needs one CUDA device per rank";
   auto nccl = make_world_communicator(Backend::cuda);
   EXPECT_STREQ(nccl->backend_name(), "nccl");
-  for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::all_gather,
-                          CollectiveOp::reduce_scatter, CollectiveOp::all_to_all})
+  for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::all_gather, CollectiveOp::reduce_scatter,
+                          CollectiveOp::all_to_all, CollectiveOp::send_recv})
     for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16}) {
       CollectiveCase c;
       c.op = op;

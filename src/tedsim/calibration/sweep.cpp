@@ -273,8 +273,8 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
       for (CollectiveOp op : ops) add_cases(on_these_groups(CollectiveCaseSpec{}), op);
     }
     // The pipeline's p2p: every neighbour pair at once, labelled with the worst pair's span (the
-    // cost model's lookup). NCCL point-to-point is not in the communicator yet: CPU only.
-    if (c.pp > 1 && !o.gpu) {
+    // cost model's lookup).
+    if (c.pp > 1) {
       CollectiveCaseSpec cs;
       cs.kind = GroupKind::pipeline;
       cs.t = c.tp;

@@ -124,6 +124,7 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   const bool receives = c.op != CollectiveOp::send_recv || me > 0;
   const bool sends = c.op != CollectiveOp::send_recv || me + 1 < n;
   if (!receives) out_count = 0;
+  if (c.op == CollectiveOp::send_recv) comm.prepare_point_to_point();  // once per communicator
 
   // Host images of the input (for upload) and of the expected output.
   std::vector<std::byte> host_in(std::size_t(in_count) * esize);

@@ -82,10 +82,13 @@ class Communicator {
   // Blocks until every collective issued on this communicator has completed.
   virtual void wait() = 0;
 
-  // Point-to-point between two ranks of this communicator (pipeline neighbours). `send` may return
-  // before the data has left: `buf` stays untouched until send_done(ticket) or wait_sends() says
-  // so. `recv` blocks until the data is there. Messages from one rank to another arrive in the
-  // order they were sent.
+  // Point-to-point between two ranks of this communicator (pipeline neighbours). Collective over
+  // this communicator, once, before the first send or recv: sets up what messages between ring
+  // neighbours (rank +- 1 modulo the size) need; the NCCL backend sends between those only.
+  virtual void prepare_point_to_point() = 0;
+  // `send` may return before the data has left: `buf` stays untouched until send_done(ticket) or
+  // wait_sends() says so. `recv` blocks until the data is there. Messages from one rank to another
+  // arrive in the order they were sent.
   virtual std::uint64_t send(const void* buf, std::size_t count, Dtype dtype, int peer) = 0;
   virtual bool send_done(std::uint64_t ticket) = 0;
   virtual void recv(void* buf, std::size_t count, Dtype dtype, int peer) = 0;

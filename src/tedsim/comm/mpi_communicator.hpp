@@ -38,6 +38,7 @@ class MpiCommunicator final : public Communicator {
                     const std::vector<std::size_t>& recv_counts, Dtype dtype) override;  // MPI_Alltoallv
   void barrier() override;
   void wait() override {}  // MPI collectives here are blocking: nothing is left in flight
+  void prepare_point_to_point() override {}  // MPI matches messages between any two ranks
   std::uint64_t send(const void* buf, std::size_t count, Dtype dtype, int peer) override;  // MPI_Isend
   bool send_done(std::uint64_t ticket) override;                                           // MPI_Test
   void recv(void* buf, std::size_t count, Dtype dtype, int peer) override;                 // MPI_Recv

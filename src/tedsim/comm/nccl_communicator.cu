@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <map>
 
 #include "tedsim/comm/nccl_communicator.hpp"
 #include "tedsim/comm/watchdog.hpp"
@@ -103,15 +104,43 @@ class EventTimer final : public CommTimer {
 
 }  // namespace
 
+// One direction between two ranks for pipeline point-to-point: a two-rank NCCL communicator of its
+// own (the sender is its rank 0, the receiver its rank 1) and a stream of its own. NCCL runs the
+// operations of one communicator in the order they were issued, so a single communicator for both
+// directions would make a rank's receive wait behind its own earlier sends; two neighbours that
+// each send before they receive (the pipeline's steady state) would then wait on each other.
+// PyTorch's ProcessGroupNCCL keeps a communicator per pair for its point-to-point for the same
+// reason; one per direction also frees the schedule from ordering sends against receives.
+struct P2pLane {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int abort_hook = 0;
+  void release() {
+    if (abort_hook) watchdog::remove_abort_hook(abort_hook);
+    if (stream) cudaStreamSynchronize(stream);
+    if (comm) ncclCommDestroy(comm);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
 struct NcclCommunicator::Impl {
   std::unique_ptr<MpiCommunicator> mpi;  // bootstrap, host reductions, splitting
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   const char* pending = "nccl work";  // the last call enqueued: what a stuck wait() waits for
   int abort_hook = 0;                 // the watchdog's ncclCommAbort of this communicator
+  // Point-to-point (prepare_point_to_point): the lanes to and from each ring neighbour, by its
+  // rank, and an event per send still in flight, by ticket.
+  bool p2p_ready = false;
+  std::map<int, P2pLane> to, from;
+  std::map<std::uint64_t, cudaEvent_t> sends;
+  std::uint64_t next_ticket = 1;
   // Releases here rather than in ~NcclCommunicator so a constructor that throws half-way still
   // frees what it made. No throwing: finish outstanding work, then release in reverse order.
   ~Impl() {
+    for (auto& [peer, lane] : to) lane.release();
+    for (auto& [peer, lane] : from) lane.release();
+    for (auto& [ticket, event] : sends) cudaEventDestroy(event);
     if (abort_hook) watchdog::remove_abort_hook(abort_hook);
     if (stream) cudaStreamSynchronize(stream);
     if (comm) ncclCommDestroy(comm);
@@ -245,17 +274,108 @@ void NcclCommunicator::wait() {
   check_cuda(cudaStreamSynchronize(impl_->stream), where(), "cudaStreamSynchronize");
 }
 
-std::uint64_t NcclCommunicator::send(const void*, std::size_t, Dtype, int peer) {
-  throw RunError(where() + ": pipeline send to rank " + std::to_string(peer) +
-                 ": point-to-point over NCCL is not built yet (pipeline stages run on the CPU backend)");
+// Every rank opens its lanes in one global order, pair (i, i + 1 mod n) for i = 0, 1, ..., each
+// direction in turn; a rank waits in each opening only for the one partner of that lane, who
+// reaches it next in the same order, so no two openings wait on each other.
+void NcclCommunicator::prepare_point_to_point() {
+  if (impl_->p2p_ready) return;
+  impl_->p2p_ready = true;
+  const int n = size(), me = rank();
+  MpiCommunicator& mpi = *impl_->mpi;
+  auto open_lane = [&](int sender, int receiver) {
+    const bool sending = me == sender;
+    std::map<int, P2pLane>& lanes = sending ? impl_->to : impl_->from;
+    const int peer = sending ? receiver : sender;
+    if (lanes.count(peer)) return;  // with two ranks, pair (1, 0) is pair (0, 1)
+    P2pLane& lane = lanes[peer];
+    struct {
+      int ok;
+      ncclUniqueId id;
+    } boot{};
+    if (sending) {
+      boot.ok = ncclGetUniqueId(&boot.id) == ncclSuccess;
+      mpi.check(MPI_Send(&boot, int(sizeof boot), MPI_BYTE, receiver, 1, mpi.handle()), "MPI_Send (ncclUniqueId)");
+    } else {
+      mpi.check(MPI_Recv(&boot, int(sizeof boot), MPI_BYTE, sender, 1, mpi.handle(), MPI_STATUS_IGNORE),
+                "MPI_Recv (ncclUniqueId)");
+    }
+    const std::string what = "point-to-point lane from group rank " + std::to_string(sender) + " to " +
+                             std::to_string(receiver);
+    if (!boot.ok) throw RunError(where() + ": " + what + ": ncclGetUniqueId failed on the sender");
+    check_cuda(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), where(), "cudaStreamCreateWithFlags");
+    {
+      const watchdog::WatchedCall watched(mpi.call_site("ncclCommInitRank (point-to-point)"));
+      check_nccl(ncclCommInitRank(&lane.comm, 2, boot.id, sending ? 0 : 1), nullptr, where() + ": " + what,
+                 "ncclCommInitRank");
+    }
+    ncclComm_t comm = lane.comm;
+    lane.abort_hook = watchdog::add_abort_hook([comm] { ncclCommAbort(comm); });
+  };
+  for (int i = 0; i < n && n > 1; ++i) {
+    const int j = (i + 1) % n;
+    if (me == i || me == j) {
+      open_lane(i, j);
+      open_lane(j, i);
+    }
+  }
 }
 
-void NcclCommunicator::recv(void*, std::size_t, Dtype, int peer) {
-  throw RunError(where() + ": pipeline receive from rank " + std::to_string(peer) +
-                 ": point-to-point over NCCL is not built yet (pipeline stages run on the CPU backend)");
+namespace {
+
+P2pLane& lane_of(std::map<int, P2pLane>& lanes, int peer, bool ready, const std::string& where, const char* what) {
+  auto found = lanes.find(peer);
+  if (found != lanes.end()) return found->second;
+  throw RunError(where + ": " + what + " group rank " + std::to_string(peer) +
+                 (ready ? ": NCCL point-to-point runs between ring neighbours (rank +- 1) only"
+                        : ": prepare_point_to_point() was not called on this communicator"));
 }
 
-void NcclCommunicator::wait_sends() {}
+}  // namespace
+
+// The lane's stream waits for what this communicator's stream holds, and a send is an event on the
+// lane: the caller's buffer is written before it leaves and free again when the event has passed.
+std::uint64_t NcclCommunicator::send(const void* buf, std::size_t count, Dtype dtype, int peer) {
+  P2pLane& lane = lane_of(impl_->to, peer, impl_->p2p_ready, where(), "send to");
+  cudaEvent_t ready = nullptr, sent = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), where(), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(ready, impl_->stream), where(), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(lane.stream, ready, 0), where(), "cudaStreamWaitEvent");
+  cudaEventDestroy(ready);
+  check_nccl(ncclSend(buf, count, nccl_type(dtype), 1, lane.comm, lane.stream), lane.comm, where(), "ncclSend");
+  check_cuda(cudaEventCreateWithFlags(&sent, cudaEventDisableTiming), where(), "cudaEventCreateWithFlags");
+  check_cuda(cudaEventRecord(sent, lane.stream), where(), "cudaEventRecord");
+  const std::uint64_t ticket = impl_->next_ticket++;
+  impl_->sends[ticket] = sent;
+  return ticket;
+}
+
+bool NcclCommunicator::send_done(std::uint64_t ticket) {
+  auto found = impl_->sends.find(ticket);
+  if (found == impl_->sends.end()) return true;
+  const cudaError_t state = cudaEventQuery(found->second);
+  if (state == cudaErrorNotReady) return false;
+  check_cuda(state, where(), "cudaEventQuery (send)");
+  cudaEventDestroy(found->second);
+  impl_->sends.erase(found);
+  return true;
+}
+
+void NcclCommunicator::recv(void* buf, std::size_t count, Dtype dtype, int peer) {
+  P2pLane& lane = lane_of(impl_->from, peer, impl_->p2p_ready, where(), "receive from");
+  check_nccl(ncclRecv(buf, count, nccl_type(dtype), 0, lane.comm, lane.stream), lane.comm, where(), "ncclRecv");
+  const watchdog::WatchedCall watched(impl_->mpi->call_site("recv"));
+  check_cuda(cudaStreamSynchronize(lane.stream), where(), "cudaStreamSynchronize (recv)");
+}
+
+void NcclCommunicator::wait_sends() {
+  {
+    const watchdog::WatchedCall watched(impl_->mpi->call_site("wait for sends"));
+    for (auto& [peer, lane] : impl_->to)
+      check_cuda(cudaStreamSynchronize(lane.stream), where(), "cudaStreamSynchronize (sends)");
+  }
+  for (auto& [ticket, event] : impl_->sends) cudaEventDestroy(event);
+  impl_->sends.clear();
+}
 
 std::unique_ptr<Communicator> NcclCommunicator::split(const std::vector<int>& members,
                                                       const std::string& name) {

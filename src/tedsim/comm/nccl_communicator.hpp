@@ -32,10 +32,11 @@ class NcclCommunicator final : public Communicator {
                     const std::vector<std::size_t>& recv_counts, Dtype dtype) override;  // grouped send/recv
   void barrier() override;
   void wait() override;  // cudaStreamSynchronize on this communicator's stream
-  // Pipeline point-to-point on NCCL needs a stream per direction (one stream would deadlock two
-  // neighbours that each send before they receive); not built yet: these throw RunError.
+  // Pipeline point-to-point: a two-rank NCCL communicator and a stream per direction to each ring
+  // neighbour, opened by prepare_point_to_point(); a send is an event on its lane's stream.
+  void prepare_point_to_point() override;
   std::uint64_t send(const void* buf, std::size_t count, Dtype dtype, int peer) override;
-  bool send_done(std::uint64_t) override { return true; }
+  bool send_done(std::uint64_t ticket) override;
   void recv(void* buf, std::size_t count, Dtype dtype, int peer) override;
   void wait_sends() override;
 

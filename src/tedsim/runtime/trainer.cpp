@@ -59,6 +59,7 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
   stage = world.rank() / layout.stage_world();
   stage_map = build_stage_map(model.layers, cfg.pp, cfg.vpp, cfg.pipeline_layout);
   pipe = &groups->pipeline();
+  if (pipeline_stages > 1) pipe->prepare_point_to_point();
   {
     // A split is collective over the world: every rank makes it, the same way.
     const int inner = world.rank() % layout.stage_world();
