@@ -57,6 +57,40 @@ TEST(Simulator, ZeroTwoSyncsEveryMicrobatch) {
   EXPECT_EQ(z2.sim.grad_buckets, 4 * z1.sim.grad_buckets);
 }
 
+// ZeRO-3 as tedsim's CPU step runs it (no prefetch): every gather is exposed on the compute
+// stream, and each layer's gradients are reduce-scattered blocking at the end of its backward,
+// every micro-batch, instead of in buckets on the data-parallel stream.
+TEST(Simulator, ZeroThreeWithoutPrefetchExposesGathersAndSyncsLayersInTheBackward) {
+  test::Bench bench(test::model("ted-1.3b"), "thetagpu");
+  ParallelConfig c = test::config(16, 2, 4, 1, 32);
+  c.zero = 3;
+  const Prediction prefetched = bench.evaluator.evaluate(c);
+  c.zero3_prefetch = false;
+  const Prediction blocking = bench.evaluator.evaluate(c);
+  const int dp = int(Phase::dp_grad_sync);
+  // Same work on the wire, less of it hidden.
+  EXPECT_GT(blocking.sim.exposed[dp], prefetched.sim.exposed[dp]);
+  EXPECT_GT(blocking.sim.iteration_s, prefetched.sim.iteration_s);
+  // Only the embedding's and the head's gradients go to the data-parallel stream in buckets.
+  EXPECT_LT(blocking.sim.grad_buckets, prefetched.sim.grad_buckets);
+  const Workload w = bench.evaluator.workload_for(c);
+  for (const LayerBlocks* l : {&w.dense, &w.moe}) {
+    ASSERT_TRUE(l->grads_synced_in_backward);
+    bool found = false;
+    for (int i = 0; i < l->backward.count; ++i)
+      if (std::string(l->backward.ops[i].name) == "zero3_grad_reducescatter") {
+        found = true;
+        EXPECT_NEAR(l->backward.ops[i].seconds,
+                    w.nonexpert_sync_seconds(l->nonexpert_grad_elems) +
+                        (l->expert_grad_elems > 0 ? w.expert_sync_seconds(l->expert_grad_elems) : 0.0),
+                    1e-15);
+      }
+    EXPECT_TRUE(found);
+    EXPECT_EQ(l->zero3_hidden_forward_s, 0.0);
+    EXPECT_EQ(l->zero3_hidden_backward_s, 0.0);
+  }
+}
+
 TEST(Simulator, TraceHasBothStreamsAndMatchesTheIteration) {
   test::Bench bench(test::model("tiny-moe"), "local-cpu");
   ParallelConfig c = test::config(4, 2, 2, 1, 16);

@@ -167,8 +167,11 @@ void recompute_from(const Block& forward, Block& recompute, const ParallelConfig
 
 // ZeRO-3: the layer's parameters are all-gathered before its forward and again before its
 // backward, prefetched while the previous layer computes; what the compute does not cover stays
-// exposed on the compute stream.
-void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& spans, const Profile& profile) {
+// exposed on the compute stream. Without prefetch (a step that gathers each layer's parameters
+// just before it uses them, as tedsim's CPU step does) the gathers are wholly exposed, and the
+// layer's gradients are reduce-scattered at the end of its backward, blocking, every micro-batch.
+void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& spans, const Profile& profile,
+                       bool prefetch) {
   const double B = w.param_bytes;
   const double gather = spans.data.seconds(profile, CollectiveOp::all_gather, layer.nonexpert_grad_elems * B) +
                         (layer.expert_grad_elems > 0
@@ -177,7 +180,7 @@ void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& 
   if (gather <= 0) return;
   for (Block* block : {&layer.forward, &layer.backward}) {
     const double compute = block->seconds + (block == &layer.backward ? layer.recompute.seconds : 0.0);
-    const double exposed = std::max(0.0, gather - compute);
+    const double exposed = prefetch ? std::max(0.0, gather - compute) : gather;
     (block == &layer.backward ? layer.zero3_hidden_backward_s : layer.zero3_hidden_forward_s) += gather - exposed;
     if (exposed > 0) {
       Op op;
@@ -190,13 +193,24 @@ void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& 
       block->add(op);
     }
   }
+  if (prefetch) return;
+  Op op;
+  op.name = "zero3_grad_reducescatter";
+  op.phase = Phase::dp_grad_sync;
+  op.seconds = w.nonexpert_sync_seconds(layer.nonexpert_grad_elems) +
+               (layer.expert_grad_elems > 0 ? w.expert_sync_seconds(layer.expert_grad_elems) : 0.0);
+  op.is_collective = true;
+  op.collective = CollectiveOp::reduce_scatter;
+  op.group = GroupKind::data;
+  layer.backward.add(op);
+  layer.grads_synced_in_backward = true;
 }
 
 void finish_layer(LayerBlocks& layer, const Workload& w, const Profile& profile, const GroupSpans& spans,
                   const ParallelConfig& c) {
   if (c.recompute != Recompute::none) recompute_from(layer.forward, layer.recompute, c);
   mirror_backward(layer.forward, layer.backward, profile, spans);
-  if (c.zero >= 3) add_zero3_gathers(layer, w, spans, profile);
+  if (c.zero >= 3) add_zero3_gathers(layer, w, spans, profile, c.zero3_prefetch);
 }
 
 double adam_seconds(const Profile& profile, double params, double bytes_per_param) {
@@ -257,6 +271,7 @@ void LayerBlocks::clear() {
   recompute.clear();
   backward.clear();
   nonexpert_grad_elems = expert_grad_elems = zero3_hidden_forward_s = zero3_hidden_backward_s = 0;
+  grads_synced_in_backward = false;
 }
 
 Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profile& profile, const GroupSpans& spans) {

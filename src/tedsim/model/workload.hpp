@@ -56,6 +56,9 @@ struct LayerBlocks {
   // data-parallel stream while the previous layer computes (prefetch); the blocks carry what stays
   // exposed, this the part hidden behind compute (busy on the data-parallel stream).
   double zero3_hidden_forward_s = 0, zero3_hidden_backward_s = 0;
+  // ZeRO-3 without prefetch (ParallelConfig::zero3_prefetch): the backward block ends with the
+  // blocking reduce-scatter of the layer's gradients, so the data-parallel stream has none of them.
+  bool grads_synced_in_backward = false;
   void clear();
 };
 

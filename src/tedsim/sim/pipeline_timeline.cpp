@@ -88,7 +88,8 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
         const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
         backward(l.recompute);
         backward(l.backward);
-        cw.grads.push_back({cw.backward.seconds, l.nonexpert_grad_elems, l.expert_grad_elems});
+        if (!l.grads_synced_in_backward)
+          cw.grads.push_back({cw.backward.seconds, l.nonexpert_grad_elems, l.expert_grad_elems});
         // ZeRO-3's gathers hidden behind the forward and behind the backward.
         cw.zero3_hidden_fwd += l.zero3_hidden_forward_s;
         cw.zero3_hidden_bwd += l.zero3_hidden_backward_s;

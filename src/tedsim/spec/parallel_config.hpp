@@ -25,6 +25,10 @@ struct ParallelConfig {
   std::uint8_t recompute_modules = kDefaultRecomputeModules;  // with Recompute::selective
   bool sequence_parallel = false;  // Korthikanti et al. 2022: norms, dropout, residuals on s/t tokens (t > 1)
   int zero = 1;             // ZeRO stage 0-3 (3: parameters sharded too, gathered per layer)
+  // ZeRO-3: the next layer's parameters are gathered while this layer computes, as DeepSpeed
+  // prefetches them; false for a run that gathers each layer's just before using it (tedsim's own
+  // CPU training step, which validate compares with).
+  bool zero3_prefetch = true;
   std::string pipeline_layout;  // Megatron-Core's --pipeline-model-parallel-layout; empty: even split
   bool expert_tp = true;    // experts split over the tensor group (else whole, C/t tokens per rank)
   bool tiled_optimizer = true;  // expert optimizer step in tiles (no fp32 upcast spike)
