@@ -51,6 +51,10 @@ for i, r in enumerate(spec["rows"]):
     if "dtype" in r: cmd += ["--dtype", r["dtype"]]
     if "imbalance" in r: cmd += ["--imbalance", str(r["imbalance"])]
     if r.get("sequence_parallel"): cmd += ["--sequence-parallel"]
+    # Communication-aware checkpointing is the TED paper's own; Megatron-LM's checkpointed layer
+    # replays its forward whole, tensor-parallel all-reduces included (megatron/model/transformer.py
+    # at the SC21 commit, via mpu.checkpoint), and so do the other sources. Off unless a row says so.
+    if not r.get("cac", False): cmd += ["--no-cac"]
     run = subprocess.run(cmd + ["--json", result], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if run.returncode != 0:
         sys.exit(f"published-results: row {i} ({label}) failed: {' '.join(cmd)}\n{run.stderr}")
@@ -118,7 +122,9 @@ lines = ["# Published measurements, re-simulated", "",
          f"Made by `scripts/published-results.sh` on {datetime.date.today()}: every row of "
          "`configs/published/results.json` predicted by `tedsim simulate` on the analytic profile of the shipped topology "
          "of its machine (one topology per machine for all its rows, no per-row knobs), with the configuration the source gives; "
-         "where it gives none, Megatron-LM's of its time (full activation recomputation, micro-batch 1, no ZeRO). TFLOP/s per GPU use "
+         "where it gives none, Megatron-LM's of its time (full activation recomputation, micro-batch 1, no ZeRO). Recomputation "
+         "replays the collectives too (no communication-aware checkpointing, which is the TED paper's and none of these sources'). "
+         "TFLOP/s per GPU use "
          "the sources' own FLOP count "
          "(96 B s l h^2 (1 + s/6h + V/16lh), recomputation included), which is what `tedsim` reports as `tflops_per_gpu`. "
          "Error = (predicted - published) / published.", ""]
