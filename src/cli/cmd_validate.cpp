@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <fstream>
@@ -63,15 +64,38 @@ nlohmann::json rel_error_json(double predicted, double measured) {
   return (predicted - measured) / measured;
 }
 
-// What the training step runs: the TED decoder (layernorm, no biases, head_dim = hidden/heads,
-// multi-head or grouped-query attention) with routed experts of any width, shared experts, dense
+// What the host can give each rank of this run: MemAvailable over the ranks on this host (OpenMPI's
+// and Slurm's local counts; the whole world where neither says), in bytes; 0 where unknown.
+double host_memory_per_rank(int world_size) {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (in >> key) {
+    if (key == "MemAvailable:") {
+      in >> kib;
+      break;
+    }
+    in.ignore(1 << 10, '\n');
+  }
+  int ranks = world_size;
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"})
+    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
+      ranks = std::atoi(v);
+      break;
+    }
+  return kib * 1024.0 / std::max(1, ranks);
+}
+
+// What the training step runs: the TED decoder (layernorm, or RMSNorm on the CPU backend; no
+// biases; multi-head or grouped-query attention, head_dim apart from hidden/heads on the CPU backend) with routed experts of any width, shared experts, dense
 // and MoE layers in any pattern; on the CPU backend every router of kernels/cpu/router.hpp and
 // dropless routing over all-to-all-v (with expert TP and without DTD when t > 1), on the CUDA
 // backend DeepSpeed's softmax-top-k gating with a capacity. The first feature of `m` under `c`
 // outside that, in words; empty if none.
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
   if (m.is_mla()) return "multi-head latent attention (MLA)";
-  if (m.head_dim() * m.heads != m.hidden) return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads";
+  if (m.head_dim() * m.heads != m.hidden && backend == Backend::cuda)
+    return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads on the CUDA backend (the CPU backend runs it)";
   if (m.norm == Norm::rmsnorm && backend == Backend::cuda) return "RMSNorm on the CUDA backend (the CPU backend runs it)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (!m.is_moe()) return {};
@@ -149,6 +173,20 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   const Evaluator evaluator(in.model, in.topology, *in.profile);
   TraceRecorder predicted_trace;
   const Prediction pred = evaluator.evaluate(c, o.trace_predicted.empty() ? nullptr : &predicted_trace);
+  if (backend == Backend::cpu) {
+    // The CPU step keeps every tensor in fp32: a model planned for a cluster would end in
+    // bad_alloc (or the OOM killer) minutes in. Every rank decides alike, or some would wait for
+    // the others in the step's first collective.
+    const double need = pred.memory.peak * 4.0 / bytes_of(storage_dtype(in.model.dtype));
+    const double have = host_memory_per_rank(world->size());
+    std::vector<double> short_of{have > 0 && need > have ? 1.0 : 0.0};
+    world->host_max(short_of);
+    if (short_of[0] > 0)
+      throw InputError("model '" + in.model.name + "' under " + c.describe() + ": the CPU step would hold about " +
+                       fixed(need / 1073741824.0, 1) + " GiB per rank (the predicted peak, in fp32), more than the " +
+                       (have > 0 ? fixed(have / 1073741824.0, 1) : std::string("?")) +
+                       " GiB this host has free per rank: validate a smaller model (cpu-moe, cpu-moe-fine) or more ranks");
+  }
 
   runtime::TrainerOptions topt;
   topt.record_slices = !o.trace.empty();

@@ -37,7 +37,7 @@ enum TodaysMoe {
   kDroplessShared = 1,  // dropless top-4 of 8 experts a quarter of the dense width, a shared expert,
                         // a dense first layer, SwiGLU, RMSNorm, renormalized softmax-top-k
   kSigmoidGroups = 2,   // DeepSeek-V3's sigmoid router, renormalized, scaled 2.5, within 2 of 4 groups, dropless
-  kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity
+  kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity; head_dim 16 != hidden / heads
 };
 
 inline ModelSpec small_todays_moe(TodaysMoe kind) {
@@ -63,6 +63,7 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
     m.moe.topk_groups = 2;
   } else {
     m.moe.router = Router::topk_softmax;
+    m.head_dim_given = 16;  // Qwen3's way: heads x head_dim (64) apart from hidden (32)
   }
   m.validate("runtime test model");
   return m;

@@ -212,6 +212,7 @@ void Trainer::Impl::register_params() {
       lnf_b = add_param("final_ln.beta", "final_ln", 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
   }
   const int kvd = model.kv_dim();
+  const int qd = model.q_dim();  // heads x head_dim: h unless head_dim is given apart from hidden / heads
   ids.resize(L);
   for (int l = 0; l < L; ++l) {
     if (!holds_layer(l)) continue;
@@ -224,13 +225,13 @@ void Trainer::Impl::register_params() {
     const bool beta = model.norm == Norm::layernorm;  // RMSNorm has a gain only
     if (beta) li.ln1_b = add_param(p + "ln1.beta", "ln", base + 1, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
     li.qkv = add_param(p + "attn.qkv", "attn_qkv", base + 2, false, false,
-                       make_slice(1, h, h + 2 * kvd, 0, 1, 0, h,
+                       make_slice(1, h, qd + 2 * kvd, 0, 1, 0, h,
                                   {{ti * q_l, (ti + 1) * q_l},
-                                   {h + ti * kvd_l, h + (ti + 1) * kvd_l},
-                                   {h + kvd + ti * kvd_l, h + kvd + (ti + 1) * kvd_l}}),
+                                   {qd + ti * kvd_l, qd + (ti + 1) * kvd_l},
+                                   {qd + kvd + ti * kvd_l, qd + kvd + (ti + 1) * kvd_l}}),
                        0, sd);
     li.out = add_param(p + "attn.out", "attn_out", base + 3, false, false,
-                       make_slice(1, h, h, 0, 1, ti * q_l, (ti + 1) * q_l, {{0, h}}), 0, sd_out);
+                       make_slice(1, qd, h, 0, 1, ti * q_l, (ti + 1) * q_l, {{0, h}}), 0, sd_out);
     li.ln2_g = add_param(p + "ln2.gamma", "ln", base + 4, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 1, lnn);
     if (beta) li.ln2_b = add_param(p + "ln2.beta", "ln", base + 5, false, true, make_slice(1, 1, h, 0, 1, 0, 1, {{0, h}}), 0, lnn);
     const int F1 = swiglu ? 2 * F : F;
