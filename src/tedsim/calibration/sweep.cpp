@@ -37,8 +37,11 @@ class RecordingProfile final : public Profile {
     (void)d;
     return 1e-6;
   }
-  double collective_seconds(CollectiveOp, const GroupSpan& span, double bytes) const override {
-    if (span.ranks > 1) largest_collective = std::max(largest_collective, bytes);
+  double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override {
+    if (span.ranks > 1) {
+      largest_collective = std::max(largest_collective, bytes);
+      collective_bytes[int(op)].insert(bytes);
+    }
     return 1e-6;
   }
   double p2p_seconds(const GroupSpan& span, double bytes) const override {
@@ -49,6 +52,7 @@ class RecordingProfile final : public Profile {
   mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> gemms;
   mutable std::map<int, std::pair<double, double>> kernel_range;
   mutable double largest_collective = 0;  // bytes of the largest message any workload sends
+  mutable std::map<int, std::set<double>> collective_bytes;  // by op: every message size asked
 
 };
 
@@ -57,6 +61,37 @@ class RecordingProfile final : public Profile {
 std::tuple<int, int, int, int> bucket(const std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>& s) {
   const auto b = [](std::int64_t v) { return int(std::lround(std::log2(double(v)))); };
   return {b(std::get<0>(s)), b(std::get<1>(s)), b(std::get<2>(s)), b(std::get<3>(s))};
+}
+
+// The job's own message sizes beside the grid, by op: a collective's time can jump between two grid
+// sizes where the library changes algorithm (OpenMPI's reduce-scatter on 2 ranks: 2.3 ms at 8 MiB,
+// 12.8 ms at 16 MiB, 8.3 ms at the 10.5 MiB gradient sync of cpu-moe, which the grid's
+// interpolation put at 3-5 ms). Sizes of 256 KiB and up inside the sweep's range, not within 2% of
+// a grid size, at most 12 per op (evenly spread in log size where there are more).
+std::map<int, std::vector<std::int64_t>> job_message_counts(const std::map<int, std::set<double>>& asked,
+                                                            const std::vector<std::int64_t>& grid, const Sweep& sweep,
+                                                            Dtype dtype) {
+  std::map<int, std::vector<std::int64_t>> out;
+  const double esize = bytes_of(dtype);
+  for (const auto& [op, sizes] : asked) {
+    std::vector<std::int64_t> kept;
+    for (double bytes : sizes) {
+      if (bytes < 256.0 * 1024 || bytes < double(sweep.min_bytes) || bytes > double(sweep.max_bytes)) continue;
+      const auto count = std::int64_t(std::llround(bytes / esize));
+      const bool near_grid = std::any_of(grid.begin(), grid.end(), [&](std::int64_t g) {
+        return std::fabs(double(g) - double(count)) <= 0.02 * double(g);
+      });
+      if (!near_grid && (kept.empty() || double(count) > 1.02 * double(kept.back()))) kept.push_back(count);
+    }
+    const std::size_t cap = 12;
+    if (kept.size() > cap) {
+      std::vector<std::int64_t> spread;
+      for (std::size_t i = 0; i < cap; ++i) spread.push_back(kept[i * (kept.size() - 1) / (cap - 1)]);
+      kept = spread;
+    }
+    if (!kept.empty()) out[op] = kept;
+  }
+  return out;
 }
 
 std::vector<double> log_sweep(double lo, double hi, double factor) {
@@ -225,7 +260,9 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   const std::vector<double> segments = o.quick ? std::vector<double>{0, 8e-3, 64e-3}
                                                : std::vector<double>{0, 2e-3, 8e-3, 32e-3, 128e-3};
   const std::vector<std::int64_t> counts = sweep_counts(sweep.min_bytes, sweep.max_bytes, sweep.step_factor, o.dtype);
-  // Every size of `op` on the groups of `cs`, once per op and group shape.
+  const std::map<int, std::vector<std::int64_t>> job_counts = job_message_counts(rec.collective_bytes, counts, sweep, o.dtype);
+  // Every size of `op` on the groups of `cs`, once per op and group shape: the grid, and the
+  // sizes the job's own messages have.
   const auto add_cases = [&](CollectiveCaseSpec cs, CollectiveOp op) {
     const GroupSpan& span = cs.span;
     if (!measured.insert({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
@@ -233,7 +270,11 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
              .second)
       return;
     cs.op = op;
-    for (std::int64_t count : counts) {
+    std::vector<std::int64_t> sizes = counts;
+    if (auto own = job_counts.find(int(op)); own != job_counts.end())
+      sizes.insert(sizes.end(), own->second.begin(), own->second.end());
+    std::sort(sizes.begin(), sizes.end());
+    for (std::int64_t count : sizes) {
       cs.count = count;
       sweep.collectives.push_back(cs);
     }
