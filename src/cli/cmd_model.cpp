@@ -30,7 +30,8 @@ std::string attention_text(const ModelSpec& m) {
            std::to_string(m.mla.kv_lora_rank) + ", qk head " + std::to_string(m.mla.qk_nope_head_dim) + "+" +
            std::to_string(m.mla.qk_rope_head_dim) + " rope, v head " + std::to_string(m.mla.v_head_dim);
   return std::string(to_string(m.attention)) + ": " + std::to_string(m.heads) + " heads, " + std::to_string(m.kv_heads) +
-         " kv heads, head_dim " + std::to_string(m.head_dim()) + (m.qkv_bias || m.linear_bias ? ", qkv bias" : "");
+         " kv heads, head_dim " + std::to_string(m.head_dim()) + (m.qkv_bias || m.linear_bias ? ", qkv bias" : "") +
+         (m.rotary_dim > 0 ? ", rotary on " + std::to_string(m.rotary_dim) : ", no rotary");
 }
 
 std::string routing_text(const ModelSpec& m) {
@@ -52,6 +53,7 @@ nlohmann::json summary_json(const ModelSpec& m, const ModelSummary& s, int seq) 
   j["heads"] = m.heads;
   j["kv_heads"] = m.kv_heads;
   j["head_dim"] = m.head_dim();
+  j["rotary_dim"] = m.rotary_dim;
   j["attention"] = to_string(m.attention);
   if (m.is_mla())
     j["mla"] = {{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},

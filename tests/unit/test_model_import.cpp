@@ -74,7 +74,19 @@ TEST(ModelImport, YamlTwinsResolveToTheSameModelAsTheirImports) {
     EXPECT_EQ(yaml.moe.normalize_topk, hf.moe.normalize_topk) << name;
     EXPECT_EQ(yaml.moe.group_limited(), hf.moe.group_limited()) << name;
     EXPECT_EQ(yaml.head_dim(), hf.head_dim()) << name;
+    EXPECT_EQ(yaml.rotary_dim, hf.rotary_dim) << name;
   }
+}
+
+// Every imported architecture uses rotary position embeddings: on the whole head, or on MLA's
+// rope part; GPT-2/3-style YAML models have learned positions (none), and the workload then has
+// no rotary kernel.
+TEST(ModelImport, RotaryEmbeddingsCoverTheHeadOrMlasRopePart) {
+  EXPECT_EQ(test::model("hf/llama-3.1-70b").rotary_dim, 128);
+  EXPECT_EQ(test::model("hf/qwen3-30b-a3b").rotary_dim, 128);
+  EXPECT_EQ(test::model("hf/gpt-oss-120b").rotary_dim, 64);
+  EXPECT_EQ(test::model("hf/deepseek-v3").rotary_dim, 64);  // qk_rope_head_dim, not the 192-wide head
+  EXPECT_EQ(test::model("ted-6.7b").rotary_dim, 0);
 }
 
 TEST(ModelImport, ReadsTheRoutingAndLayerPatternsEachArchitectureDeclares) {

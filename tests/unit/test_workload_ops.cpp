@@ -43,6 +43,32 @@ TEST(Dropout, AttentionDropoutIsAKernelOnTheProbabilitiesAndHiddenDropoutAMaskBy
   EXPECT_GT(w.dense.forward.seconds, p.dense.forward.seconds);
 }
 
+// RoPE rotates every local query head and every local key head once, read and written; MLA
+// rotates its rope part of each query head and the one rope key its heads share.
+TEST(Rotary, RotatesTheLocalQueryAndKeyHeadsOnce) {
+  const ParallelConfig c = test::config(16, 2, 1, 1, 16);
+  {
+    const ModelSpec m = test::model("hf/llama-3.1-70b");  // 64 heads, 8 key heads, head_dim 128
+    const test::Bench bench(m, "dgx-h100");
+    const Workload w = bench.workload(c);
+    const Op* rope = find_op(w.dense.forward, "rotary");
+    ASSERT_NE(rope, nullptr);
+    const double T = double(w.shape.tokens);
+    EXPECT_DOUBLE_EQ(rope->bytes, 2.0 * T * 128 * (64 / 2 + 8 / 2) * w.shape.act_bytes);
+    EXPECT_NE(find_op(w.dense.backward, "rotary"), nullptr);
+  }
+  {
+    const ModelSpec m = test::model("hf/deepseek-v3");  // 128 heads, qk_rope_head_dim 64
+    const test::Bench bench(m, "dgx-h100");
+    const Workload w = bench.workload(c);
+    const Op* rope = find_op(w.moe.forward, "rotary");
+    ASSERT_NE(rope, nullptr);
+    EXPECT_DOUBLE_EQ(rope->bytes, 2.0 * double(w.shape.tokens) * 64 * (128 / 2 + 1) * w.shape.act_bytes);
+  }
+  const test::Bench gpt(test::model("ted-6.7b"), "summit");
+  EXPECT_EQ(find_op(gpt.workload(c).dense.forward, "rotary"), nullptr);
+}
+
 TEST(Dropout, ProbabilitiesOutsideZeroToOneAreRejectedWithTheKey) {
   const std::string path = ::testing::TempDir() + "tedsim_dropout.yaml";
   for (const char* bad : {"attention_dropout: 1.0", "hidden_dropout: -0.1"}) {

@@ -94,6 +94,8 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   d.q_lora = m.mla.q_lora_rank;
   d.kv_lora = m.mla.kv_lora_rank;
   d.qk_rope = m.mla.qk_rope_head_dim;
+  // Every local query head, and the local key heads (MLA: one rope key shared by all heads).
+  d.rotary_elems_per_token = std::int64_t(m.rotary_dim) * (d.heads_local + (d.mla ? 1 : m.kv_heads / s.t));
   return d;
 }
 
@@ -141,6 +143,10 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   } else {
     x.gemm("qkv_proj", d.T, d.qkv_out, d.h);
   }
+  // RoPE on the queries and keys (Megatron-Core's fused apply_rotary_pos_emb): reads and writes
+  // each rotated element once; the cos/sin table is s x rotary_dim, cached.
+  if (d.rotary_elems_per_token > 0)
+    x.kernel("rotary", KernelKind::elementwise, 2.0 * double(d.T) * double(d.rotary_elems_per_token) * d.B);
   x.set_module(kRecomputeCoreAttn);
   // Layout changes around the core: the projection's [tokens, q|k|v] into per-head [heads, s, d]
   // (read and written once), and the context back to [tokens, heads x d].

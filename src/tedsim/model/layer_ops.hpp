@@ -58,6 +58,8 @@ struct LayerDims {
   // Multi-head latent attention (0 ranks without it): query/key and value head sizes, latents.
   bool mla;
   std::int64_t qk_head_dim, v_head_dim, q_lora, kv_lora, qk_rope;
+  // Rotary position embedding: the query and key elements it rotates per token on this rank.
+  std::int64_t rotary_elems_per_token;
 };
 
 LayerDims layer_dims(const ModelSpec& model, const StepShape& shape);

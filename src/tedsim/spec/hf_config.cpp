@@ -20,7 +20,7 @@ using nlohmann::json;
 const char* const kIgnoredKeys[] = {
     "_name_or_path", "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
     "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "layer_norm_eps",
-    "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor", "max_position_embeddings",
+    "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
     "initial_context_length", "use_cache", "attention_dropout", "hidden_dropout", "output_router_logits",
     "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise", "pretraining_tp",
     "quantization_config", "auto_map", "id2label", "label2id", "tokenizer_class", "ep_size",
@@ -199,12 +199,18 @@ void read_attention(HfReader& r, Family f, ModelSpec& m, HfImport& out) {
     m.mla.v_head_dim = int(r.positive("v_head_dim"));
     m.qkv_bias = m.linear_bias = r.boolean("attention_bias", false);
     if (r.has("head_dim")) r.positive("head_dim");  // MLA's head sizes are the ranks above
+    m.rotary_dim = m.mla.qk_rope_head_dim;  // MLA rotates the decoupled rope part only
     return;
   }
   m.attention = m.kv_heads == m.heads ? Attention::mha : Attention::gqa;
   if (r.has("head_dim")) m.head_dim_given = int(r.positive("head_dim"));
   else if (m.hidden % m.heads != 0)
     r.fail("head_dim", "missing, and num_attention_heads (" + std::to_string(m.heads) + ") does not divide hidden_size");
+  // Every architecture read here uses rotary position embeddings (the rope_* keys set only its
+  // frequencies); partial_rotary_factor rotates that share of each head.
+  const double rotary_share = r.number("partial_rotary_factor", 1.0);
+  if (!(rotary_share > 0 && rotary_share <= 1)) r.fail("partial_rotary_factor", "expected a share in (0, 1]");
+  m.rotary_dim = int(rotary_share * m.head_dim());
   // Qwen2 / Qwen2-MoE put biases on q, k, v always; the others say so with attention_bias.
   if (f == Family::qwen2 || f == Family::qwen2_moe) m.qkv_bias = true;
   else if (f == Family::gpt_oss) m.linear_bias = r.boolean("attention_bias", true);

@@ -84,6 +84,9 @@ struct ModelSpec {
   int heads = 0;
   int kv_heads = 0;            // grouped-query attention; equals heads for multi-head attention
   int head_dim_given = 0;      // 0: hidden / heads
+  // Rotary position embedding (RoPE): dimensions of each query and key head it rotates (0: none,
+  // GPT-2/3's learned positions). MLA rotates its qk_rope_head_dim part.
+  int rotary_dim = 0;
   int ffn = 0;                 // dense FFN width F (4h unless the model says)
   Activation activation = Activation::gelu;
   Attention attention = Attention::mha;

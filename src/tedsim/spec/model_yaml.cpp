@@ -92,6 +92,7 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   m.heads = int(root.positive_integer("heads"));
   m.kv_heads = int(root.positive_integer("kv_heads", m.heads));
   m.head_dim_given = root.has("head_dim") ? int(root.positive_integer("head_dim")) : 0;
+  m.rotary_dim = root.has("rotary_dim") ? int(root.positive_integer("rotary_dim")) : 0;
   m.ffn = int(root.positive_integer("ffn", 4 * std::int64_t(m.hidden)));
   static const std::pair<const char*, Activation> activations[] = {{"gelu", Activation::gelu}, {"swiglu", Activation::swiglu}};
   m.activation = choice(root, "activation", "gelu", activations);
@@ -123,6 +124,10 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   if (m.head_dim_given == 0 && !m.is_mla() && m.hidden % m.heads != 0)
     root.fail("heads", "must divide hidden (" + std::to_string(m.hidden) + "), or give head_dim");
   if (m.heads % m.kv_heads != 0) root.fail("kv_heads", "must divide heads (" + std::to_string(m.heads) + ")");
+  const int rotatable = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim();
+  if (m.rotary_dim > rotatable)
+    root.fail("rotary_dim", "at most the head's " + std::string(m.is_mla() ? "qk_rope_head_dim" : "head_dim") + " (" +
+                                std::to_string(rotatable) + "), got " + std::to_string(m.rotary_dim));
   m.validate(path);
   return m;
 }
