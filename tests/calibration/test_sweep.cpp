@@ -1,12 +1,14 @@
 // What a calibration measures: the model's shapes by default, a generic grid with --grid.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "tedsim/calibration/sweep.hpp"
+#include "tedsim/comm/collective_check.hpp"
 #include "tedsim/core/error.hpp"
 
 namespace tedsim::calibration {
@@ -39,8 +41,36 @@ TEST(Sweep, ModelShapesFollowTheModelAndTheGridDoesNot) {
   EXPECT_EQ(grid_tiny.collectives.size(), tiny.collectives.size());
 }
 
+// Beside the factor-2 grid, each op is measured at the sizes the job's own messages have (a
+// library's algorithm can change between two grid sizes): cpu-moe's gradient reduce-scatter on 2
+// ranks is 10.5 MiB, between the grid's 8 and 16 MiB.
+TEST(Sweep, TheJobsOwnMessageSizesJoinTheGrid) {
+  SweepOptions o;
+  o.gpus = o.world = 2;
+  o.ranks_per_node = 2;
+  const Sweep s = derive_sweep(model("cpu-moe"), local_cpu(), o);
+  const std::vector<std::int64_t> grid = sweep_counts(s.min_bytes, s.max_bytes, s.step_factor, o.dtype);
+  const std::set<std::int64_t> on_grid(grid.begin(), grid.end());
+  std::map<std::tuple<int, int>, std::set<std::int64_t>> off_grid, all;  // by (op, group ranks)
+  for (const CollectiveCaseSpec& c : s.collectives) {
+    all[{int(c.op), c.span.ranks}].insert(c.count);
+    if (!on_grid.count(c.count)) off_grid[{int(c.op), c.span.ranks}].insert(c.count);
+  }
+  for (const auto& [key, counts] : all)
+    for (std::int64_t g : grid) EXPECT_TRUE(counts.count(g)) << "grid size " << g << " missing for op " << std::get<0>(key);
+  const auto rs = off_grid.find({int(CollectiveOp::reduce_scatter), 2});
+  ASSERT_NE(rs, off_grid.end());
+  bool gradient_sync = false;
+  for (std::int64_t count : rs->second) {
+    EXPECT_GE(count * 4, 256 * 1024);
+    gradient_sync |= count * 4 > (8 << 20) && count * 4 < (16 << 20);
+  }
+  EXPECT_TRUE(gradient_sync);
+  for (const auto& [key, counts] : off_grid) EXPECT_LE(counts.size(), 12u);
+}
+
 // Pipeline configurations of the world add the p2p exchange on the pipeline groups, labelled with
-// the span the cost model looks up (a pair); the GPU sweep leaves it out (no NCCL p2p yet).
+// the span the cost model looks up (a pair); the GPU sweep too (NCCL's point-to-point lanes).
 TEST(Sweep, PipelineStagesAddTheSendRecvExchange) {
   SweepOptions o;
   o.gpus = o.world = 4;

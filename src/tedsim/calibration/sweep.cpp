@@ -64,10 +64,10 @@ std::tuple<int, int, int, int> bucket(const std::tuple<std::int64_t, std::int64_
 }
 
 // The job's own message sizes beside the grid, by op: a collective's time can jump between two grid
-// sizes where the library changes algorithm (OpenMPI's reduce-scatter on 2 ranks: 2.3 ms at 8 MiB,
-// 12.8 ms at 16 MiB, 8.3 ms at the 10.5 MiB gradient sync of cpu-moe, which the grid's
-// interpolation put at 3-5 ms). Sizes of 256 KiB and up inside the sweep's range, not within 2% of
-// a grid size, at most 12 per op (evenly spread in log size where there are more).
+// sizes where the library changes algorithm (OpenMPI's reduce-scatter on 2 ranks of a 2-core VM:
+// 2.3 ms at 8 MiB, 12.8 ms at 16 MiB, and 3-9 ms from run to run at the 10.5 MiB gradient sync of
+// cpu-moe, where the grid's interpolation says 3-5). Sizes of 256 KiB and up inside the sweep's
+// range, not within 2% of a grid size, at most 12 per op (evenly spread in log size beyond that).
 std::map<int, std::vector<std::int64_t>> job_message_counts(const std::map<int, std::set<double>>& asked,
                                                             const std::vector<std::int64_t>& grid, const Sweep& sweep,
                                                             Dtype dtype) {
