@@ -87,11 +87,12 @@ double host_memory_per_rank(int world_size) {
 }
 
 // What the training step runs: the TED decoder (layernorm, or RMSNorm on the CPU backend; no
-// biases; multi-head or grouped-query attention, head_dim apart from hidden/heads on the CPU backend) with routed experts of any width, shared experts, dense
-// and MoE layers in any pattern; on the CPU backend every router of kernels/cpu/router.hpp and
-// dropless routing over all-to-all-v (with expert TP and without DTD when t > 1), on the CUDA
-// backend DeepSpeed's softmax-top-k gating with a capacity. The first feature of `m` under `c`
-// outside that, in words; empty if none.
+// biases; no rotary embeddings; multi-head or grouped-query attention, head_dim apart from
+// hidden/heads on the CPU backend) with routed experts of any width, shared experts, dense and MoE
+// layers in any pattern; on the CPU backend every router of kernels/cpu/router.hpp and dropless
+// routing over all-to-all-v (with expert TP and without DTD when t > 1), on the CUDA backend
+// DeepSpeed's softmax-top-k gating with a capacity. The first feature of `m` under `c` outside
+// that, in words; empty if none.
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
   if (m.is_mla()) return "multi-head latent attention (MLA)";
   if (m.head_dim() * m.heads != m.hidden && backend == Backend::cuda)
@@ -213,8 +214,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         << "slowest rank's, phases are the mean over ranks (medians over iterations; predicted: the mean over "
         << "stages)\n";
     if (c.zero >= 3)
-      out << "ZeRO-3: predicted with each layer's parameter all-gather exposed, as the step runs it (simulate and "
-             "search price it prefetched behind the previous layer's compute)\n";
+      out << "ZeRO-3: predicted as the step runs it, each layer's parameter all-gathers exposed and its gradient "
+             "reduce-scatter blocking (simulate and search price them prefetched and overlapped)\n";
     out << "\n";
     TextTable table({"phase", "predicted ms", "measured ms", "error"});
     for (int p = 0; p < runtime::kPhaseCount; ++p)

@@ -170,7 +170,7 @@ void recompute_from(const Block& forward, Block& recompute, const ParallelConfig
 // exposed on the compute stream. Without prefetch (a step that gathers each layer's parameters
 // just before it uses them, as tedsim's CPU step does) the gathers are wholly exposed, and the
 // layer's gradients are reduce-scattered at the end of its backward, blocking, every micro-batch.
-void add_zero3_gathers(LayerBlocks& layer, const Workload& w, const GroupSpans& spans, const Profile& profile,
+void add_zero3_collectives(LayerBlocks& layer, const Workload& w, const GroupSpans& spans, const Profile& profile,
                        bool prefetch) {
   const double B = w.param_bytes;
   const double gather = spans.data.seconds(profile, CollectiveOp::all_gather, layer.nonexpert_grad_elems * B) +
@@ -210,7 +210,7 @@ void finish_layer(LayerBlocks& layer, const Workload& w, const Profile& profile,
                   const ParallelConfig& c) {
   if (c.recompute != Recompute::none) recompute_from(layer.forward, layer.recompute, c);
   mirror_backward(layer.forward, layer.backward, profile, spans);
-  if (c.zero >= 3) add_zero3_gathers(layer, w, spans, profile, c.zero3_prefetch);
+  if (c.zero >= 3) add_zero3_collectives(layer, w, spans, profile, c.zero3_prefetch);
 }
 
 double adam_seconds(const Profile& profile, double params, double bytes_per_param) {
