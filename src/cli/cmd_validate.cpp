@@ -129,7 +129,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   Inputs in = load_inputs(load);
   ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
   // The training step gathers each ZeRO-3 unit with a blocking all-gather right before its use
-  // (runtime/trainer_zero3.cpp): predict that, not DeepSpeed's prefetch, so like meets like.
+  // (runtime/optimizer/zero3.cpp): predict that, not DeepSpeed's prefetch, so like meets like.
   c.zero3_prefetch = false;
   // The training step implements ZeRO 0, 1 and 3; a ZeRO-2 prediction would be compared with a run
   // that is not ZeRO-2.

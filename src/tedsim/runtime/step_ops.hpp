@@ -1,7 +1,7 @@
 #pragma once
-// The compute primitives of the training step on one backend. The trainer (trainer*.cpp) holds
-// its tensors in the backend's memory space and does all arithmetic and data movement through
-// these calls, so one piece of step code runs on the CPU (host memory, Eigen GEMMs, the CPU
+// The compute primitives of the training step on one backend. The step's modules (layers/, moe/,
+// pipeline/, optimizer/) hold their tensors in the backend's memory space and do all arithmetic
+// and data movement through these calls, so one piece of step code runs on the CPU (host memory, Eigen GEMMs, the CPU
 // kernels) and on a GPU (device memory, cuBLAS, the CUDA kernels). Collectives go through the
 // Communicator, whose backend (MPI on host memory, NCCL on device memory) matches.
 //

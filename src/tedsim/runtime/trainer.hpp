@@ -15,7 +15,11 @@
 //    (the first the embedding, the last the final norm, LM head and loss; tied embeddings keep a
 //    copy on the last stage whose gradient is all-reduced with the first's), runs the 1F1B or
 //    interleaved order of spec/pipeline_schedule.hpp (the cost model's), receives activations and
-//    gradients blocking and sends them without blocking (trainer_pipeline.cpp).
+//    gradients blocking and sends them without blocking (runtime/pipeline/).
+// The step is composed of modules (DESIGN.md section 8; Megatron-Core's split): layers/ (norm,
+// attention, MLP, transformer layer, embedding, LM head), moe/ (router, token dispatchers,
+// grouped experts, MoE layer), pipeline/ (stage, schedule, p2p), optimizer/ (gradient sync, ZeRO-3,
+// SP's replicated gradients), sharing a StepContext (step_context.hpp).
 // Every configuration initializes the same global model (params.hpp) and reads the same global
 // samples in the same micro-batch groups, so losses and checksums compare across configurations.
 //

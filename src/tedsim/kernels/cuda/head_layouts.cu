@@ -1,5 +1,5 @@
 // Layout moves of the attention heads, the device versions of the trainer's split_heads,
-// merge_heads_grad, heads_to_tokens and tokens_to_heads (runtime/trainer_layers.cpp). One thread
+// merge_heads_grad, heads_to_tokens and tokens_to_heads (runtime/layers/attention.cpp). One thread
 // per destination element, so every output is written exactly once: merge_heads_grad sums the
 // repeated kv heads in a register (in head order, as the CPU does) instead of accumulating
 // into a zeroed buffer with atomics.

@@ -1,5 +1,5 @@
 // Embedding and vocabulary-parallel cross-entropy on the device, mirroring the loops of
-// runtime/trainer_head.cpp (embed_forward, embed_backward, head_and_loss). Each rank owns the
+// runtime/layers/embedding.cpp and lm_head.cpp. Each rank owns the
 // vocabulary rows [v0, v0 + v_local); the row max and the exp sum are all-reduced by the caller
 // between the three cross-entropy steps. The loss kernels use one block per token row.
 #include <cmath>

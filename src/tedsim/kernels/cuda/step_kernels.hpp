@@ -54,7 +54,7 @@ void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causa
 void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
                         const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v);
 
-// Head layouts of the trainer (runtime/trainer_layers.cpp), b sequences of s tokens:
+// Head layouts of the trainer (runtime/layers/attention.cpp), b sequences of s tokens:
 // qkv [b*s, q_l + 2*kvd_l] -> q, k, v [b*heads, s, hd], kv heads repeated heads/kv_heads times
 // (heads must be a multiple of kv_heads: InputError otherwise).
 void split_heads(int b, int s, int heads, int kv_heads, int hd, const float* qkv, float* q, float* k, float* v);
@@ -84,7 +84,7 @@ void embedding_forward(int tokens, int hidden, int v0, int v_local, const std::i
 // table_grad[id - v0, :] += grad_out[t, :] for owned ids (atomic: ids repeat).
 void embedding_backward(int tokens, int hidden, int v0, int v_local, const std::int32_t* ids, const float* grad_out,
                         float* table_grad);
-// Vocabulary-parallel cross-entropy, as runtime/trainer_head.cpp does it on the CPU, in three steps
+// Vocabulary-parallel cross-entropy, as runtime/layers/lm_head.cpp does it on the CPU, in three steps
 // around the tensor-group all-reduces:
 // 1. row_max[t] = max_v logits[t, v]; target_logit[t] = logits[t, target - v0] if owned else 0.
 void ce_max_and_target(int tokens, int v_local, int v0, const float* logits, const std::int32_t* targets,

@@ -1,0 +1,34 @@
+#pragma once
+// Causal self-attention with Megatron tensor parallelism: a column-parallel qkv projection (this
+// rank's query heads and key/value heads), the attention core per head, a row-parallel output
+// projection and the block's exit (all-reduce, or reduce-scatter under sequence parallelism).
+// Selective recompute of the core keeps q, k, v and recomputes the softmax in backward.
+#include <string>
+
+#include "tedsim/runtime/param_registrar.hpp"
+#include "tedsim/runtime/step_context.hpp"
+
+namespace tedsim::runtime {
+
+struct AttentionActs {
+  Tensor q, k, v;     // head-major
+  Tensor probs;       // the softmax, [b x heads, s, s] (released under selective recompute)
+  Tensor ctx_heads;   // attention output, head-major
+  Tensor ctx;         // the same in token rows [T, q_width]; qkv's output before that
+};
+
+class SelfAttention {
+ public:
+  // Global tensors `tensor_id` (qkv) and `tensor_id + 1` (output projection).
+  void register_params(ParamRegistrar& reg, const StepContext& c, const std::string& prefix, int tensor_id, float stdv,
+                       float out_std);
+  // xn: the normed layer input [Tl, h]; y: the block's output [Tl, h].
+  void forward(StepContext& c, const float* xn, AttentionActs& A, float* y);
+  // g: d(loss)/dy [Tl, h]. Returns d(loss)/d(xn) [Tl, h] (in the workspace's hidden_grad).
+  float* backward(StepContext& c, const float* xn, AttentionActs& A, const float* g);
+
+ private:
+  int qkv_ = -1, out_ = -1;
+};
+
+}  // namespace tedsim::runtime

@@ -1,0 +1,27 @@
+#pragma once
+// The vocabulary-parallel token embedding (Megatron's VocabParallelEmbedding): this rank holds
+// vocabulary rows [vocab_first, vocab_first + vocab_local) and looks up the tokens that fall there;
+// the partial rows are all-reduced over the tensor group (reduce-scattered into this rank's token
+// rows under sequence parallelism).
+#include <cstdint>
+
+#include "tedsim/runtime/param_registrar.hpp"
+#include "tedsim/runtime/step_context.hpp"
+
+namespace tedsim::runtime {
+
+class Embedding {
+ public:
+  // Global tensor 1, in ZeRO-3 unit 0.
+  void register_params(ParamRegistrar& reg, const StepContext& c, float stdv);
+  // tokens: host ids of the micro-batch's T tokens; x: the first layer's input [Tl, h].
+  void forward(StepContext& c, const std::int32_t* tokens, float* x);
+  // g: d(loss)/dx [Tl, h]; the table's gradient accumulates.
+  void backward(StepContext& c, const std::int32_t* tokens, const float* g);
+  int table() const { return table_; }
+
+ private:
+  int table_ = -1;
+};
+
+}  // namespace tedsim::runtime

@@ -1,0 +1,75 @@
+#include "tedsim/runtime/layers/lm_head.hpp"
+
+#include <cmath>
+
+namespace tedsim::runtime {
+
+void LmHead::register_params(ParamRegistrar& reg, const StepContext& c, int embedding_table, float stdv,
+                             float norm_noise) {
+  const StepDims& d = c.dims;
+  reg.set_unit(d.layers + 1);
+  const Slice vocab_rows =
+      ParamRegistrar::slice(1, d.vocab, d.hidden, 0, 1, d.vocab_first, d.vocab_first + d.vocab_local, {{0, d.hidden}});
+  if (!c.model.tie_embeddings)
+    weight_ = reg.add("lm_head", "lm_head", 2, false, false, vocab_rows, 0, stdv);
+  else if (embedding_table >= 0)
+    weight_ = embedding_table;
+  else  // initialized alike and kept equal by the tied-embedding sync
+    weight_ = reg.add("embedding.copy", "embedding", 1, false, false, vocab_rows, 0, stdv, true);
+  final_norm_.register_params(reg, c.model, "final_ln", "final_ln", 3, d.hidden, norm_noise);
+}
+
+double LmHead::forward(StepContext& c, const float* x, const std::int32_t* targets, bool backward, Tensor& grad) {
+  const StepDims& d = c.dims;
+  const int T = d.tokens, h = d.hidden, V_l = d.vocab_local, v0 = d.vocab_first;
+  const std::size_t Thl = static_cast<std::size_t>(d.local_tokens) * h;
+  double t0 = c.clock();
+  final_norm_.forward(c, x, ensure(normed_, Thl), norm_acts_);
+  c.charge(kOther, "final_layernorm", t0, c.clock());
+  const CommMode saved = c.mode;
+  c.mode = CommMode::live;
+  const float* xin = c.sp_gather(normed_.data(), normed_full_, "sp_allgather_lm_head");
+  c.mode = saved;
+  float* lg = ensure(logits_, static_cast<std::size_t>(T) * V_l);
+  c.mm_bt(T, V_l, h, xin, c.P(weight_), lg);
+  t0 = c.clock();
+  float* r = ensure(row_stats_, 3 * static_cast<std::size_t>(T));
+  float *mx = r, *se = r + T, *tg = r + 2 * T;
+  c.ops.ce_max_and_target(T, V_l, v0, lg, targets, mx, tg);
+  c.charge(kOther, "cross_entropy", t0, c.clock());
+  if (d.tensor_size > 1) {
+    const double c0 = c.clock();
+    c.tp->all_reduce(mx, mx, T, Dtype::fp32, ReduceOp::max);
+    c.tp->wait();
+    c.charge(kTpAllReduce, "tp_allreduce_loss_max", c0, now_s());
+  }
+  t0 = c.clock();
+  c.ops.ce_exp_and_sum(T, V_l, mx, lg, se);  // logits become exp(l - max); the target's is in tg
+  c.charge(kOther, "cross_entropy", t0, c.clock());
+  if (d.tensor_size > 1) c.tp_allreduce(se, 2 * static_cast<std::size_t>(T), "tp_allreduce_loss_sum");
+  t0 = c.clock();
+  host_stats_.resize(3 * static_cast<std::size_t>(T));
+  c.ops.to_host(r, host_stats_.data(), host_stats_.size());
+  double loss = 0;
+  for (int i = 0; i < T; ++i)
+    loss += std::log(static_cast<double>(host_stats_[T + i])) + host_stats_[i] - host_stats_[2 * T + i];
+  loss /= T;
+  if (!backward) {
+    c.charge(kOther, "cross_entropy", t0, c.clock());
+    return loss;
+  }
+  const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(d.global_micro_batches));
+  c.ops.ce_gradient(T, V_l, v0, targets, se, scale, lg);
+  c.charge(kOther, "cross_entropy_bwd", t0, c.clock());
+  c.mm_at_acc(V_l, h, T, lg, xin, c.G(weight_));
+  float* gxf = ensure(c.ws.hidden_grad, Thl);
+  float* gxp = c.block_output(gxf);
+  c.mm(T, h, V_l, lg, c.P(weight_), gxp);
+  c.block_exit(gxp, gxf, "tp_allreduce_lm_head_bwd", "sp_reducescatter_lm_head_bwd");
+  t0 = c.clock();
+  final_norm_.backward(c, x, norm_acts_, gxf, ensure(grad, Thl));
+  c.charge(kOther, "final_layernorm_bwd", t0, c.clock());
+  return loss;
+}
+
+}  // namespace tedsim::runtime

@@ -1,0 +1,171 @@
+// The dropless dispatcher: every token reaches its k experts. The routing fills a dispatch buffer
+// whose capacity is the busiest expert's count; each rank learns from each peer how many rows of
+// each of its experts come (an all-to-all of the counts), and the rows themselves travel over an
+// all-to-all-v: rank r of the expert group owns experts r*El .. r*El+El-1, every rank sends each
+// peer its rows for the peer's experts in expert order, and stores what it receives expert-major
+// (local expert, then source) for the grouped GEMM. The way back is the exact inverse (Megatron-
+// Core's alltoall dispatcher without a capacity).
+#include <algorithm>
+
+#include "tedsim/runtime/moe/token_dispatcher.hpp"
+
+namespace tedsim::runtime {
+namespace {
+
+class DroplessDispatcher final : public TokenDispatcher {
+ public:
+  void dispatch(StepContext& c, const float* xn, MoeActs& A) override {
+    const StepDims& d = c.dims;
+    const int E = d.experts, El = d.local_experts;
+    A.dropless_capacity = c.ops.routing_capacity(*A.routing);
+    c.ops.routing_counts(*A.routing, A.kept);
+    float* dbuf = ensure(A.dispatch_buf, buffer_floats(d, A));
+    c.ops.dispatch(*A.routing, xn, d.hidden, dbuf);
+    // Each peer learns how many rows of each of its experts come from here (exact as floats).
+    float* sc = ensure(c.ws.count_send, E);
+    for (int e = 0; e < E; ++e) sc[e] = static_cast<float>(A.kept[e]);
+    c.collective(Coll::all_to_all, *c.ep, sc, ensure(c.ws.count_recv, E), E, kEpAllToAll, "ep_alltoall_dispatch");
+    A.received.resize(E);
+    for (int i = 0; i < E; ++i) A.received[i] = static_cast<std::int32_t>(c.ws.count_recv.data()[i]);
+    const int S = c.ep->size();
+    A.expert_rows.assign(El, 0);
+    std::size_t total = 0;
+    for (int x = 0; x < El; ++x) {
+      for (int sr = 0; sr < S; ++sr) A.expert_rows[x] += A.received[sr * El + x];
+      total += A.expert_rows[x];
+    }
+    exchange_out(c, A, dbuf, ensure(A.expert_in, std::max<std::size_t>(total * d.hidden, 1)));
+  }
+
+  void combine(StepContext& c, MoeActs& A, float* expert_out, float* out) override {
+    const StepDims& d = c.dims;
+    const std::size_t total = total_rows(A);
+    // Every tensor rank routed the same tokens alike: the same rows, each with a slice of the width.
+    if (c.cfg.expert_tp && d.tensor_size > 1) c.tp_allreduce(expert_out, total * d.hidden, "tp_allreduce_expert");
+    float* cb = ensure(A.dispatch_buf, buffer_floats(d, A));  // consumed: it becomes the combine input
+    exchange_back(c, A, expert_out, cb);
+    c.ops.combine(*A.routing, cb, d.hidden, out);
+    if (c.opt.track_imbalance && c.mode != CommMode::replay) {
+      // The busiest expert of the expert group over the mean of all its experts.
+      std::vector<double> busiest{double(*std::max_element(A.expert_rows.begin(), A.expert_rows.end()))};
+      c.ep->host_max(busiest);
+      const std::int64_t all = c.ep->host_sum(static_cast<std::int64_t>(total));
+      if (all > 0) c.imbalance_samples.push_back(busiest[0] / (double(all) / d.experts));
+    }
+  }
+
+  float* combine_backward(StepContext& c, MoeActs& A, const float* g) override {
+    const StepDims& d = c.dims;
+    float* gwt = ensure(c.ws.routing_weight_grad, static_cast<std::size_t>(d.routed_tokens) * d.top_k);
+    float* gcb = ensure(c.ws.hidden_grad2, buffer_floats(d, A));
+    c.ops.combine_backward(*A.routing, A.dispatch_buf.data(), g, d.hidden, gcb, gwt);
+    float* geout = ensure(c.ws.wide1, std::max<std::size_t>(total_rows(A) * d.hidden, 1));
+    exchange_out(c, A, gcb, geout);
+    return geout;
+  }
+
+  void dispatch_backward(StepContext& c, MoeActs& A, float* expert_in_grad, float* gxn) override {
+    const StepDims& d = c.dims;
+    if (c.cfg.expert_tp && d.tensor_size > 1)
+      c.tp_allreduce(expert_in_grad, total_rows(A) * d.hidden, "tp_allreduce_expert");
+    float* gdb = ensure(c.ws.gathered, buffer_floats(d, A));
+    exchange_back(c, A, expert_in_grad, gdb);
+    c.ops.dispatch_backward(*A.routing, gdb, d.hidden, gxn);
+  }
+
+ private:
+  static std::size_t buffer_floats(const StepDims& d, const MoeActs& A) {
+    return std::size_t(d.experts) * A.dropless_capacity * d.hidden;
+  }
+  static std::size_t total_rows(const MoeActs& A) {
+    std::size_t total = 0;
+    for (int r : A.expert_rows) total += r;
+    return total;
+  }
+
+  // The dispatch buffer [E][capacity][h] (expert e's kept rows at [e][0, kept[e])) -> the local
+  // experts' rows from every source, expert-major.
+  static void exchange_out(StepContext& c, const MoeActs& A, const float* dbuf, float* expert_rows) {
+    const int S = c.ep->size(), El = c.dims.local_experts, E = c.dims.experts, Cl = A.dropless_capacity;
+    const std::size_t hh = static_cast<std::size_t>(c.dims.hidden);
+    std::vector<std::size_t> send_counts(S, 0), recv_counts(S, 0);
+    std::size_t sent = 0, received = 0;
+    for (int e = 0; e < E; ++e) send_counts[e / El] += std::size_t(A.kept[e]) * hh;
+    for (int sr = 0; sr < S; ++sr)
+      for (int x = 0; x < El; ++x) recv_counts[sr] += std::size_t(A.received[sr * El + x]) * hh;
+    for (std::size_t n : send_counts) sent += n;
+    for (std::size_t n : recv_counts) received += n;
+    float* sb = ensure(c.ws.send, std::max<std::size_t>(sent, 1));
+    std::size_t at = 0;
+    for (int e = 0; e < E; ++e) {
+      const std::size_t n = std::size_t(A.kept[e]) * hh;
+      c.ops.copy(sb + at, dbuf + std::size_t(e) * Cl * hh, n);
+      at += n;
+    }
+    float* rb = ensure(c.ws.recv, std::max<std::size_t>(received, 1));
+    c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_dispatch");
+    // Source-major (s, x) -> expert-major (x, s).
+    const std::vector<std::size_t> src_at = source_major_offsets(A, S, El, hh);
+    at = 0;
+    for (int x = 0; x < El; ++x)
+      for (int sr = 0; sr < S; ++sr) {
+        const std::size_t n = std::size_t(A.received[sr * El + x]) * hh;
+        c.ops.copy(expert_rows + at, rb + src_at[sr * El + x], n);
+        at += n;
+      }
+  }
+
+  static void exchange_back(StepContext& c, const MoeActs& A, const float* expert_rows, float* dbuf) {
+    const int S = c.ep->size(), El = c.dims.local_experts, E = c.dims.experts, Cl = A.dropless_capacity;
+    const std::size_t hh = static_cast<std::size_t>(c.dims.hidden);
+    std::vector<std::size_t> send_counts(S, 0), recv_counts(S, 0);
+    std::size_t sent = 0, received = 0;
+    for (int sr = 0; sr < S; ++sr)
+      for (int x = 0; x < El; ++x) send_counts[sr] += std::size_t(A.received[sr * El + x]) * hh;
+    for (int e = 0; e < E; ++e) recv_counts[e / El] += std::size_t(A.kept[e]) * hh;
+    for (std::size_t n : send_counts) sent += n;
+    for (std::size_t n : recv_counts) received += n;
+    // Expert-major (x, s) -> source-major (s, x).
+    std::vector<std::size_t> src_at(std::size_t(S) * El);
+    std::size_t at = 0;
+    for (int x = 0; x < El; ++x)
+      for (int sr = 0; sr < S; ++sr) {
+        src_at[sr * El + x] = at;
+        at += std::size_t(A.received[sr * El + x]) * hh;
+      }
+    float* sb = ensure(c.ws.send, std::max<std::size_t>(sent, 1));
+    at = 0;
+    for (int sr = 0; sr < S; ++sr)
+      for (int x = 0; x < El; ++x) {
+        const std::size_t n = std::size_t(A.received[sr * El + x]) * hh;
+        c.ops.copy(sb + at, expert_rows + src_at[sr * El + x], n);
+        at += n;
+      }
+    float* rb = ensure(c.ws.recv, std::max<std::size_t>(received, 1));
+    c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_combine");
+    at = 0;
+    for (int e = 0; e < E; ++e) {
+      const std::size_t n = std::size_t(A.kept[e]) * hh;
+      c.ops.copy(dbuf + std::size_t(e) * Cl * hh, rb + at, n);
+      at += n;
+    }
+  }
+
+  // Where source s's rows for local expert x start in a source-major receive buffer.
+  static std::vector<std::size_t> source_major_offsets(const MoeActs& A, int S, int El, std::size_t hh) {
+    std::vector<std::size_t> at(std::size_t(S) * El);
+    std::size_t next = 0;
+    for (int sr = 0; sr < S; ++sr)
+      for (int x = 0; x < El; ++x) {
+        at[sr * El + x] = next;
+        next += std::size_t(A.received[sr * El + x]) * hh;
+      }
+    return at;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TokenDispatcher> make_dropless_dispatcher() { return std::make_unique<DroplessDispatcher>(); }
+
+}  // namespace tedsim::runtime

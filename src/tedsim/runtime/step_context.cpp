@@ -1,0 +1,91 @@
+// The shared services of the step's modules: GEMM shapes, the model's activation, and the timed
+// collectives with CAC's record and replay.
+#include "tedsim/runtime/step_context.hpp"
+
+namespace tedsim::runtime {
+
+void StepContext::mm(int m, int n, int k, const float* a, const float* b, float* c, float beta) {
+  kernels::GemmOp op;
+  op.beta = beta;
+  ops.gemm(op, m, n, k, a, k, b, n, c, n);
+}
+
+void StepContext::mm_bt(int m, int n, int k, const float* a, const float* b, float* c, float beta) {
+  kernels::GemmOp op;
+  op.trans_b = true;
+  op.beta = beta;
+  ops.gemm(op, m, n, k, a, k, b, k, c, n);
+}
+
+void StepContext::mm_at_acc(int m, int n, int k, const float* a, const float* b, float* c) {
+  kernels::GemmOp op;
+  op.trans_a = true;
+  op.beta = 1.0f;
+  ops.gemm(op, m, n, k, a, m, b, n, c, n);
+}
+
+void StepContext::activation_forward(int rows, int width, const float* x, float* y) {
+  if (dims.swiglu)
+    ops.swiglu_forward(rows, width, x, y);
+  else
+    ops.gelu_forward(static_cast<std::size_t>(rows) * width, x, y);
+}
+
+void StepContext::activation_backward(int rows, int width, const float* x, const float* gy, float* gx) {
+  if (dims.swiglu)
+    ops.swiglu_backward(rows, width, x, gy, gx);
+  else
+    ops.gelu_backward(static_cast<std::size_t>(rows) * width, x, gy, gx);
+}
+
+void StepContext::collective(Coll kind, Communicator& comm, const float* sendbuf, float* recvbuf,
+                             std::size_t recv_count, int ph, const char* name) {
+  if (mode == CommMode::replay) {
+    Tensor& saved = (*cur_stash)[stash_next++];
+    ops.copy(recvbuf, saved.data(), recv_count);
+    return;
+  }
+  const int n = comm.size();
+  if (n == 1) {
+    ops.copy(recvbuf, sendbuf, recv_count);
+  } else {
+    const double t0 = clock();
+    switch (kind) {
+      case Coll::all_reduce: comm.all_reduce(sendbuf, recvbuf, recv_count, Dtype::fp32); break;
+      case Coll::all_gather: comm.all_gather(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
+      case Coll::reduce_scatter: comm.reduce_scatter(sendbuf, recvbuf, recv_count, Dtype::fp32); break;
+      case Coll::all_to_all: comm.all_to_all(sendbuf, recvbuf, recv_count / n, Dtype::fp32); break;
+    }
+    comm.wait();
+    charge(ph, name, t0, now_s());
+  }
+  if (mode == CommMode::record) {
+    cur_stash->emplace_back();
+    ops.copy(ensure(cur_stash->back(), recv_count), recvbuf, recv_count);
+  }
+}
+
+void StepContext::all_to_all_v(const float* sendbuf, const std::vector<std::size_t>& send_counts, float* recvbuf,
+                               const std::vector<std::size_t>& recv_counts, const char* name) {
+  std::size_t recv_total = 0;
+  for (std::size_t c : recv_counts) recv_total += c;
+  if (mode == CommMode::replay) {
+    Tensor& saved = (*cur_stash)[stash_next++];
+    ops.copy(recvbuf, saved.data(), recv_total);
+    return;
+  }
+  if (ep->size() == 1) {
+    ops.copy(recvbuf, sendbuf, recv_total);
+  } else {
+    const double t0 = clock();
+    ep->all_to_all_v(sendbuf, send_counts, recvbuf, recv_counts, Dtype::fp32);
+    ep->wait();
+    charge(kEpAllToAll, name, t0, now_s());
+  }
+  if (mode == CommMode::record) {
+    cur_stash->emplace_back();
+    ops.copy(ensure(cur_stash->back(), std::max<std::size_t>(recv_total, 1)), recvbuf, recv_total);
+  }
+}
+
+}  // namespace tedsim::runtime
