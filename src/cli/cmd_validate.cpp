@@ -126,6 +126,11 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   // --calibrate on a profile not yet written: plan on the analytic one until it is measured.
   InputOptions load = o.in;
   if (o.calibrate && !std::ifstream(o.in.profile)) load.profile.clear();
+  // The training step runs the unfused core on both backends: predict that, so like meets like.
+  if (load.attention_kernel == "flash")
+    throw InputError("--attention-kernel flash: the training step runs the unfused attention core (batched GEMM, "
+                     "softmax, batched GEMM), so validate predicts that (simulate and search price flash attention)");
+  if (load.attention_kernel == "auto") load.attention_kernel = "unfused";
   Inputs in = load_inputs(load);
   ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
   // The training step gathers each ZeRO-3 unit with a blocking all-gather right before its use

@@ -29,6 +29,10 @@ void add_input_options(CLI::App& app, InputOptions& o) {
                  "dropless: the busiest expert's tokens over the mean (default: the model's, else " +
                      fixed(kDefaultImbalance, 1) + ")");
   app.add_option("--dtype", o.dtype, "override the training dtype (fp32, fp16, bf16)");
+  app.add_option("--attention-kernel", o.attention_kernel,
+                 "the attention core: unfused (batched GEMM, softmax, batched GEMM) or flash (fused); auto: flash "
+                 "where the profile has measured flash rates (the analytic profiles of Ampere and later GPUs)")
+      ->capture_default_str();
   app.add_option("--gpus", o.gpus, "devices in the cluster (need not fill whole nodes)")->capture_default_str();
   app.add_option("--global-batch", o.global_batch, "sequences per iteration")->capture_default_str();
   app.add_option("--seq", o.seq_len, "sequence length (default: the model's)")
@@ -287,6 +291,20 @@ void apply_routing_overrides(const InputOptions& o, ModelSpec& m) {
   }
 }
 
+void resolve_attention_kernel(const InputOptions& o, Inputs& in) {
+  const AttentionShape probe{1, 1024, 128, 128};
+  const bool has_flash = in.profile->attention_seconds(AttentionKernel::flash, false, probe) >= 0;
+  if (o.attention_kernel == "auto") {
+    in.model.core_attention = has_flash ? AttentionKernel::flash : AttentionKernel::unfused;
+    return;
+  }
+  in.model.core_attention = parse_attention_kernel(o.attention_kernel, "--attention-kernel");
+  if (in.model.core_attention == AttentionKernel::flash && !has_flash)
+    throw InputError("--attention-kernel flash: the profile (" + in.profile->describe() +
+                     ") has no measured flash-attention rates to price it; use --attention-kernel unfused, or a "
+                     "topology whose efficiency.attention block gives them");
+}
+
 Inputs load_inputs(const InputOptions& o) {
   Inputs in;
   in.model_file = resolve_data_file("models", o.model);
@@ -309,6 +327,7 @@ Inputs load_inputs(const InputOptions& o) {
     throw InputError(in.topology_file + ": device " + in.topology.device.name + " has no " + to_string(in.model.dtype) +
                      " peak, which model '" + in.model.name + "' trains in (use --dtype with one of the device's dtypes)");
   in.profile = o.profile.empty() ? std::make_unique<AnalyticProfile>(in.topology) : load_profile(o.profile, in.topology);
+  resolve_attention_kernel(o, in);
   return in;
 }
 
@@ -407,6 +426,13 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
                                                         std::to_string(m.mla.q_lora_rank)
                                                   : ", head_dim " + std::to_string(m.head_dim())) +
                                       ", " + to_string(m.norm)});
+  table.add_row({"  attention core", std::string(to_string(m.core_attention)) +
+                                         (o.attention_kernel == "auto" ? " (auto: " +
+                                                                             std::string(m.core_attention == AttentionKernel::flash
+                                                                                             ? "the profile has measured flash rates"
+                                                                                             : "the profile has no flash rates") +
+                                                                             ")"
+                                                                       : "")});
   for (const std::string& a : m.approximations) table.add_row({"  approximated", a});
   table.add_row({"  experts", m.is_moe() ? moe_text(m) : std::string("none (dense)")});
   table.add_row({"  parameters", count_text(m.total_params()) + " (" + count_text(m.nonexpert_params()) +

@@ -24,6 +24,7 @@ struct InputOptions {
   std::optional<double> capacity_factor;  // unset: the model's (0: dropless)
   std::optional<double> imbalance;        // unset: the model's
   std::string dtype;       // empty: the model's
+  std::string attention_kernel = "auto";  // unfused, flash, or auto: flash where the profile has its rates
   int gpus = 128;
   int global_batch = 1024;
   int seq_len = 0;         // 0: the model's

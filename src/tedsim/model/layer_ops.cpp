@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tedsim/core/error.hpp"
+
 namespace tedsim {
 
 void BlockBuilder::gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
@@ -27,6 +29,21 @@ void BlockBuilder::kernel(const char* name, KernelKind kind, double bytes, Phase
   op.module = module_;
   op.seconds = profile_.kernel_seconds(kind, bytes, storage_dtype(dtype_));
   block_.add(op);
+}
+
+bool BlockBuilder::attention_core(const char* name, AttentionKernel kernel, const AttentionShape& shape) {
+  const double seconds = profile_.attention_seconds(kernel, false, shape);
+  if (seconds < 0) return false;
+  Op op;
+  op.name = name;
+  op.flops = shape.forward_flops();
+  op.gemm = GemmShape{shape.seq, shape.v_head_dim, shape.head_dim, shape.batch_heads, dtype_};
+  op.is_attention = true;
+  op.attention_kernel = kernel;
+  op.module = module_;
+  op.seconds = seconds;
+  block_.add(op);
+  return true;
 }
 
 void BlockBuilder::collective(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase) {
@@ -96,6 +113,7 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   d.qk_rope = m.mla.qk_rope_head_dim;
   // Every local query head, and the local key heads (MLA: one rope key shared by all heads).
   d.rotary_elems_per_token = std::int64_t(m.rotary_dim) * (d.heads_local + (d.mla ? 1 : m.kv_heads / s.t));
+  d.core_attention = m.core_attention;
   return d;
 }
 
@@ -148,17 +166,33 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   if (d.rotary_elems_per_token > 0)
     x.kernel("rotary", KernelKind::elementwise, 2.0 * double(d.T) * double(d.rotary_elems_per_token) * d.B);
   x.set_module(kRecomputeCoreAttn);
-  // Layout changes around the core: the projection's [tokens, q|k|v] into per-head [heads, s, d]
-  // (read and written once), and the context back to [tokens, heads x d].
-  x.kernel("attn_split_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.qkv_out) * d.B);
-  x.gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
-  x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
-  // Dropout on the probabilities, unfused (Megatron-LM's core attention): reads and writes them
-  // and writes a one-byte mask per element.
-  if (d.attention_dropout)
-    x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.b * d.heads_local) * d.s * d.s);
-  x.gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
-  x.kernel("attn_merge_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.heads_local * d.v_head_dim) * d.B);
+  const AttentionShape core{d.b * d.heads_local, d.s, d.qk_head_dim, d.v_head_dim};
+  if (d.core_attention == AttentionKernel::flash) {
+    // A fused kernel (Transformer Engine's flash / cuDNN attention) reads q, k, v in the
+    // projection's [s, b, heads, d] layout and writes the context in it: no layout copies, and
+    // its dropout is fused too.
+    if (!x.attention_core("attn_core", AttentionKernel::flash, core))
+      throw InputError("--attention-kernel flash: the profile (" + x.profile_description() +
+                       ") has no measured flash-attention rates; use --attention-kernel unfused, or a topology "
+                       "with an efficiency.attention block");
+  } else {
+    // Layout changes around the core: the projection's [tokens, q|k|v] into per-head [heads, s, d]
+    // (read and written once), and the context back to [tokens, heads x d].
+    x.kernel("attn_split_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.qkv_out) * d.B);
+    // The core: from the profile's measured rates of the unfused core where it has them (QK^T,
+    // softmax and PV as the framework runs them), else op by op.
+    const bool measured = x.attention_core("attn_core", AttentionKernel::unfused, core);
+    if (!measured) {
+      x.gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
+      x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
+    }
+    // Dropout on the probabilities, unfused (Megatron-LM's core attention): reads and writes them
+    // and writes a one-byte mask per element.
+    if (d.attention_dropout)
+      x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.b * d.heads_local) * d.s * d.s);
+    if (!measured) x.gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
+    x.kernel("attn_merge_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.heads_local * d.v_head_dim) * d.B);
+  }
   x.set_module(0);
   x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.v_head_dim);
   tp_block_exit(x, d, "tp_allreduce_attn", "sp_reducescatter_attn");

@@ -12,6 +12,7 @@
 // reduce-scattered after them.
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "tedsim/model/workload.hpp"
 
@@ -31,10 +32,14 @@ class BlockBuilder {
   void gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch = 1,
             Phase phase = Phase::compute);
   void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute);
+  // The attention core as one kernel priced from the profile's measured rates; false (nothing
+  // added) where the profile has none for this kernel.
+  bool attention_core(const char* name, AttentionKernel kernel, const AttentionShape& shape);
   void collective(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
   // Same; returns the op's index, or -1 when it vanished (a group of one rank).
   int collective_at(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
   int size() const { return block_.count; }
+  std::string profile_description() const { return profile_.describe(); }
   double seconds_since(int first_op) const;  // the ops added from index first_op on
   // `seconds` of side-stream work overlaps the collectives at these op indices (-1: skipped).
   void hide_behind(double seconds, std::initializer_list<int> ops);
@@ -60,6 +65,7 @@ struct LayerDims {
   std::int64_t qk_head_dim, v_head_dim, q_lora, kv_lora, qk_rope;
   // Rotary position embedding: the query and key elements it rotates per token on this rank.
   std::int64_t rotary_elems_per_token;
+  AttentionKernel core_attention;
 };
 
 LayerDims layer_dims(const ModelSpec& model, const StepShape& shape);

@@ -12,7 +12,8 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   // layernorms 4sbh. With tensor parallelism, the parts inside the tensor-parallel blocks divide by
   // t (attention 8sbh/t + 5as^2b/t, MLP 16sbh/t for F = 4h GeLU); the rest (the blocks' inputs 2sbh
   // each, their dropout masks sbh each, the layernorms' inputs 4sbh: 10sbh) divides by t only with
-  // sequence parallelism. Selective recompute of the attention core drops 5as^2b/t.
+  // sequence parallelism. Selective recompute of the attention core drops 5as^2b/t; a fused
+  // (flash) core never holds it.
   const double sb = double(s.s) * s.b, h = m.hidden, t = s.t, a = m.heads, B = s.act_bytes;
   const double scale = B / 2.0;
   const double shard = s.sp ? t : 1.0;  // the replicated parts with SP
@@ -20,7 +21,8 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   const double dropout_mask = scale * sb * h / shard;
   const double norm_inputs = scale * 4.0 * sb * h / shard;
   const double attn_split = scale * 8.0 * sb * h / t;
-  const double attn_core = scale * 5.0 * a * s.s * sb / t;
+  // A fused (flash) core keeps no s x s tensor: only each row's fp32 log-sum-exp for its backward.
+  const double attn_core = m.core_attention == AttentionKernel::flash ? 4.0 * a * sb / t : scale * 5.0 * a * s.s * sb / t;
   const double fc1_factor = m.activation == Activation::swiglu ? 2.0 : 1.0;
   // fc1 output (fc1_factor * F/t) and activation output (F/t), both in activation precision.
   const double mlp_inner = sb * (fc1_factor + 1.0) * (double(m.ffn) / t) * B;

@@ -124,6 +124,13 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
         b.seconds = spans.of(b.group).seconds(profile, b.collective, b.bytes);
       }
       backward.add(b);
+    } else if (f.is_attention) {
+      // The fused or measured core's backward: its own rates (a flash backward recomputes the
+      // scores inside), twice the forward's FLOPs as the GEMM count gives them.
+      Op grad = f;
+      grad.flops = 2.0 * f.flops;
+      grad.seconds = profile.attention_seconds(f.attention_kernel, true, f.attention_shape());
+      backward.add(grad);
     } else if (f.flops > 0) {
       // Y[m,n] = X[m,k] W[k,n]: dX[m,k] = dY[m,n] W^T (shape m,k,n); dW[k,n] = X^T dY (shape k,n,m).
       const GemmShape& g = f.gemm;

@@ -30,6 +30,11 @@ struct Op {
   GemmShape gemm{};                       // GEMMs: the shape, so backward can derive its GEMMs
   KernelKind kernel = KernelKind::count;  // memory-bound kernels: which one
   std::uint8_t module = 0;                // RecomputeModule bits of the module it belongs to
+  // The attention core priced as one measured kernel (Profile::attention_seconds): its shape is in
+  // `gemm` (m = seq, n = value head dim, k = query-key head dim, batch = sequences x local heads).
+  bool is_attention = false;
+  AttentionKernel attention_kernel = AttentionKernel::unfused;
+  AttentionShape attention_shape() const { return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n}; }
 };
 
 // Ops that run back to back on the compute stream. Collectives inside a layer block the stream:

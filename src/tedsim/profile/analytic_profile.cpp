@@ -13,7 +13,13 @@ AnalyticProfile::AnalyticProfile(const TopologySpec& topology)
       gemm_by_flops_(topology.gemm_efficiency_by_flops),
       gemm_by_min_dim_(topology.gemm_efficiency_by_min_dim),
       memory_by_bytes_(topology.memory_efficiency_by_bytes),
-      launch_s_(topology.device.kernel_launch_us * kMicro) {}
+      launch_s_(topology.device.kernel_launch_us * kMicro) {
+  for (int i = 0; i < 2; ++i) {
+    flash_forward_[i] = LogCurve(topology.attention.flash_forward[i]);
+    flash_backward_[i] = LogCurve(topology.attention.flash_backward[i]);
+    unfused_[i] = LogCurve(topology.attention.unfused[i]);
+  }
+}
 
 double AnalyticProfile::gemm_seconds(const GemmShape& s) const {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return 0.0;
@@ -33,6 +39,34 @@ double AnalyticProfile::kernel_seconds(KernelKind, double bytes, Dtype) const {
   if (bytes <= 0) return 0.0;
   const double bandwidth = topo_.device.memory_bandwidth_gbs * kGB * memory_by_bytes_(bytes);
   return bytes / bandwidth + launch_s_;
+}
+
+double AnalyticProfile::rate_at(const LogCurve (&curves)[2], double head_dim, double seq) {
+  if (curves[0].empty()) return curves[1](seq);
+  if (curves[1].empty()) return curves[0](seq);
+  const double lo = AttentionRates::kHeadDims[0], hi = AttentionRates::kHeadDims[1];
+  const double f = std::clamp(std::log(head_dim / lo) / std::log(hi / lo), 0.0, 1.0);
+  return (1 - f) * curves[0](seq) + f * curves[1](seq);
+}
+
+// The tables' FLOPs are FlashAttention's benchmark's: a fused kernel skips the masked half of the
+// square, so its causal rates count half of it; an unfused core computes the whole square whatever
+// the mask, so its table holds rates over the whole square (the benchmark's non-causal bars). The
+// unfused table is forward + backward (3.5x the forward's FLOPs at one rate): each pass takes its
+// FLOP share. MLA's query-key and value head sizes differ: the rate of their mean.
+double AnalyticProfile::attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& s) const {
+  if (s.batch_heads <= 0 || s.seq <= 0) return 0.0;
+  const double head_dim = 0.5 * double(s.head_dim + s.v_head_dim);
+  const double seq = double(s.seq);
+  const double pass = backward ? 2.5 : 1.0;  // the backward's FLOPs over the forward's
+  if (kernel == AttentionKernel::flash) {
+    if (!topo_.attention.has_flash()) return -1;
+    const double rate = rate_at(backward ? flash_backward_ : flash_forward_, head_dim, seq) * kTera;
+    return pass * 0.5 * s.forward_flops() / rate + launch_s_;
+  }
+  if (!topo_.attention.has_unfused()) return -1;
+  const double rate = rate_at(unfused_, head_dim, seq) * kTera;
+  return pass * s.forward_flops() / rate + 3 * launch_s_;  // three kernels a pass
 }
 
 // Alpha-beta per link level. Inside a node a device's links carry its own traffic (NVLink,

@@ -14,11 +14,18 @@ class AnalyticProfile final : public Profile {
   double kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const override;
   double collective_seconds(CollectiveOp op, const GroupSpan& span, double bytes) const override;
   double p2p_seconds(const GroupSpan& span, double bytes) const override;
+  // From the topology's measured attention rates (efficiency.attention); -1 without them.
+  double attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& shape) const override;
   std::string describe() const override;
 
  private:
+  // The rate (TFLOP/s) of `curves` (by head dim 64, 128) at this head dim and sequence length:
+  // interpolated in log(head dim) between the two, the one there is where only one is measured.
+  static double rate_at(const LogCurve (&curves)[2], double head_dim, double seq);
+
   TopologySpec topo_;
   LogCurve gemm_by_flops_, gemm_by_min_dim_, memory_by_bytes_;
+  LogCurve flash_forward_[2], flash_backward_[2], unfused_[2];
   double launch_s_;
 };
 

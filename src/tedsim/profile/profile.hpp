@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tedsim/core/units.hpp"
+#include "tedsim/spec/attention_kernel.hpp"
 
 namespace tedsim {
 
@@ -17,6 +18,17 @@ struct GemmShape {
   std::int64_t batch = 1;
   Dtype dtype = Dtype::bf16;
   double flops() const { return 2.0 * double(batch) * double(m) * double(n) * double(k); }
+};
+
+// The attention core of one layer on one rank (QK^T, the masked softmax, PV over every head of
+// `batch_heads` = micro-batch x local heads), causal, as one measured kernel.
+struct AttentionShape {
+  std::int64_t batch_heads = 0, seq = 0, head_dim = 0, v_head_dim = 0;
+  // FLOPs as a GEMM count gives them: QK^T and PV over the whole s x s square (no causal halving),
+  // forward. The backward does twice as many.
+  double forward_flops() const {
+    return 2.0 * double(batch_heads) * double(seq) * double(seq) * double(head_dim + v_head_dim);
+  }
 };
 
 // Memory-bound kernels of a TED step. Each is timed as a function of the bytes it moves.
@@ -85,6 +97,15 @@ class Profile {
   // on 1 or 2 nodes; groups_per_node pairs of the same boundary share the sender's NICs), while
   // every pair of that boundary sends at once.
   virtual double p2p_seconds(const GroupSpan& span, double bytes) const = 0;
+  // The attention core as one kernel, forward or backward, from measured rates of that kernel on
+  // this device; a negative value where the profile has none (the cost model then prices the
+  // unfused core op by op, and cannot price a fused one).
+  virtual double attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& shape) const {
+    (void)kernel;
+    (void)backward;
+    (void)shape;
+    return -1;
+  }
   // The mean time a rank of a group shaped `span` waits inside a blocking collective for the
   // group's last member to arrive, when every member computed for `compute_since_sync_s` since
   // the group last synchronized: ranks doing the same work still arrive apart (jitter, the OS,

@@ -63,6 +63,9 @@ class RecordingProfile final : public Profile {
     }
     return inner_.arrival_wait_seconds(span, compute_s);
   }
+  double attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& shape) const override {
+    return inner_.attention_seconds(kernel, backward, shape);
+  }
   std::string describe() const override { return inner_.describe(); }
 
   const std::vector<GemmShape>& gemms() const { return gemms_; }

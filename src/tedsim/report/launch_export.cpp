@@ -110,6 +110,8 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
       if (ch == ',') ch = ' ';
     a.flag("--recompute-modules", modules);
   }
+  a.flag("--attention-backend", m.core_attention == AttentionKernel::flash ? "flash" : "unfused",
+         "the attention core tedsim priced");
   if (c.zero == 1 || c.zero == 2)
     a.flag("--use-distributed-optimizer", "", "shards optimizer state, reduce-scatters gradients (ZeRO " + n(c.zero) + ")");
   if (c.zero == 3) {
@@ -196,6 +198,7 @@ std::string megatron_deepspeed_launch(const ModelSpec& m, const TopologySpec& to
   a.flag("--global-batch-size", n(c.global_batch));
   if (c.recompute == Recompute::full) a.flag("--checkpoint-activations");
   if (c.recompute == Recompute::selective) a.flag("--recompute-granularity", "selective");
+  if (m.core_attention == AttentionKernel::flash) a.flag("--use-flash-attn-v2", "", "the attention core tedsim priced");
   const std::string precision = precision_flag(m);
   if (!precision.empty()) a.flag(precision);
   if (m.is_moe()) {

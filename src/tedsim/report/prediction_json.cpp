@@ -25,6 +25,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"recompute", to_string(c.recompute)},
           {"recompute_modules", c.recompute == Recompute::selective ? recompute_modules_text(c.recompute_modules) : ""},
           {"sequence_parallel", c.sequence_parallel},
+          {"attention_kernel", to_string(m.core_attention)},
           {"zero", c.zero},
           {"expert_tp", c.expert_tp},
           {"tiled_optimizer", c.tiled_optimizer},

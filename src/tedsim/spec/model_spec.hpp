@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tedsim/core/units.hpp"
+#include "tedsim/spec/attention_kernel.hpp"
 
 namespace tedsim {
 
@@ -101,6 +102,9 @@ struct ModelSpec {
   int vocab = 0;
   int seq_len = 0;
   Dtype dtype = Dtype::fp16;
+  // How the run computes the attention core (a property of the training run, like dtype: the
+  // CLI's --attention-kernel sets it, by default flash where the profile has its measured rates).
+  AttentionKernel core_attention = AttentionKernel::unfused;
   bool tie_embeddings = true;
   MoeSpec moe;
   // From a Hugging Face import: keys read but irrelevant to training cost, and what is costed

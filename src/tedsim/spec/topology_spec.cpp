@@ -22,6 +22,34 @@ void check_fraction_curve(const YamlMap& map, const std::string& key, const Curv
   }
 }
 
+// `efficiency.attention`: curves of TFLOP/s over sequence length, named by kernel and head dim.
+AttentionRates read_attention(const YamlMap& map) {
+  AttentionRates r;
+  const auto read = [&](const std::string& prefix, Curve* curves) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string key = prefix + "_d" + std::to_string(AttentionRates::kHeadDims[i]);
+      if (!map.has(key)) continue;
+      curves[i] = map.curve(key);
+      for (const auto& [seq, tflops] : curves[i]) {
+        if (seq < 1) map.fail(key, "expected sequence lengths >= 1");
+        if (tflops <= 0) map.fail(key, "expected positive TFLOP/s");
+      }
+    }
+  };
+  read("flash_forward", r.flash_forward);
+  read("flash_backward", r.flash_backward);
+  read("unfused", r.unfused);
+  for (int i = 0; i < 2; ++i)
+    if (r.flash_forward[i].empty() != r.flash_backward[i].empty())
+      map.fail("flash_backward_d" + std::to_string(AttentionRates::kHeadDims[i]),
+               "flash_forward and flash_backward are given together, for the same head dimensions");
+  map.reject_unknown_keys();
+  if (!r.has_flash() && !r.has_unfused())
+    map.fail("flash_forward_d128", "expected at least one table (flash_forward_d64/_d128 with flash_backward_*, "
+                                   "or unfused_d64/_d128)");
+  return r;
+}
+
 }  // namespace
 
 TopologySpec load_topology(const std::string& path) { return topology_from_yaml(YamlMap::load_file(path), path); }
@@ -72,6 +100,7 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
   check_fraction_curve(eff, "gemm_by_min_dim", t.gemm_efficiency_by_min_dim);
   t.memory_efficiency_by_bytes = eff.curve("memory_by_bytes");
   check_fraction_curve(eff, "memory_by_bytes", t.memory_efficiency_by_bytes);
+  if (eff.has("attention")) t.attention = read_attention(eff.child("attention"));
   eff.reject_unknown_keys();
   if (root.has("published_error")) {
     const YamlMap pub = root.child("published_error");

@@ -37,6 +37,18 @@ struct PublishedError {
   double min = 0, max = 0;
 };
 
+// Measured throughput of the attention core on this device (optional): TFLOP/s by sequence
+// length, causal, bf16/fp16, as FlashAttention's benchmark counts FLOPs (forward 4 b s^2 heads d,
+// halved for causal masks; backward 2.5x, forward + backward 3.5x the forward's), for head
+// dimensions 64 and 128 ([0] and [1]; an empty curve where no measurement exists).
+struct AttentionRates {
+  static constexpr int kHeadDims[2] = {64, 128};
+  Curve flash_forward[2], flash_backward[2];  // fused (FlashAttention / cuDNN)
+  Curve unfused[2];                           // unfused (batched GEMM, softmax, batched GEMM), forward + backward
+  bool has_flash() const { return !flash_forward[0].empty() || !flash_forward[1].empty(); }
+  bool has_unfused() const { return !unfused[0].empty() || !unfused[1].empty(); }
+};
+
 struct TopologySpec {
   std::string name;
   std::string source;
@@ -49,6 +61,7 @@ struct TopologySpec {
   Curve gemm_efficiency_by_flops;     // fraction of peak vs FLOPs of one GEMM
   Curve gemm_efficiency_by_min_dim;   // multiplier vs the smallest of m, n, k
   Curve memory_efficiency_by_bytes;   // fraction of memory bandwidth vs bytes moved
+  AttentionRates attention;           // optional `efficiency.attention` block
   PublishedError published;           // optional `published_error` block
 
   bool is_gpu() const { return device.kind == "gpu"; }
