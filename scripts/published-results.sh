@@ -51,6 +51,10 @@ for i, r in enumerate(spec["rows"]):
     if "dtype" in r: cmd += ["--dtype", r["dtype"]]
     if "imbalance" in r: cmd += ["--imbalance", str(r["imbalance"])]
     if r.get("sequence_parallel"): cmd += ["--sequence-parallel"]
+    if "recompute_modules" in r: cmd += ["--recompute-modules", r["recompute_modules"]]
+    # The attention core the source's software ran: Megatron-LM's unfused CoreAttention before
+    # FlashAttention (2022), Transformer Engine's fused attention after.
+    cmd += ["--attention-kernel", r["attention_kernel"]]
     # Communication-aware checkpointing is the TED paper's own; Megatron-LM's checkpointed layer
     # replays its forward whole, tensor-parallel all-reduces included (megatron/model/transformer.py
     # at the SC21 commit, via mpu.checkpoint), and so do the other sources. Off unless a row says so.

@@ -298,7 +298,7 @@ TEST(PipelineFlops, SelectiveRecomputeAddsTheRecomputedModulesForward) {
   double attn_core = 0;
   for (int i = 0; i < none.dense.forward.count; ++i) {
     const std::string name = none.dense.forward.ops[i].name;
-    if (name == "attn_scores" || name == "attn_context") attn_core += none.dense.forward.ops[i].flops;
+    if (name == "attn_core" || name == "attn_scores" || name == "attn_context") attn_core += none.dense.forward.ops[i].flops;
   }
   ASSERT_GT(attn_core, 0);
   EXPECT_DOUBLE_EQ(core.flops_per_microbatch - none.flops_per_microbatch, bench.m.layers * attn_core);
