@@ -269,9 +269,10 @@ TEST(TodaysMoeCost, Fp8RunsGemmsAtTheFp8PeakAndKeepsBf16EverywhereElse) {
   test::Bench fp8(m, "dgx-h100");
   ParallelConfig c = test::config(16, 1, 16, 1, 16);
   const Workload wb = bf16.workload(c), wf = fp8.workload(c);
-  // Same FLOPs, half the GEMM time at twice the peak (the analytic curve is the bf16 one).
+  // Same FLOPs, at twice the peak and the topology's FP8 efficiency ratio (dgx-h100: 0.883 of
+  // the bf16 curve's, at every size).
   EXPECT_DOUBLE_EQ(op_flops(wf.moe.forward, "expert_fc1"), op_flops(wb.moe.forward, "expert_fc1"));
-  EXPECT_NEAR(op_seconds(wf.moe.forward, "expert_fc1") / op_seconds(wb.moe.forward, "expert_fc1"), 0.5, 0.05);
+  EXPECT_NEAR(op_seconds(wf.moe.forward, "expert_fc1") / op_seconds(wb.moe.forward, "expert_fc1"), 0.5 / 0.883, 0.01);
   // Activations, gradients and weights stay bf16; the memory-bound kernels do not speed up.
   EXPECT_EQ(wf.shape.act_bytes, 2);
   EXPECT_EQ(wf.grad_bytes, 2);

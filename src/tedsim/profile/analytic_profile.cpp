@@ -13,6 +13,7 @@ AnalyticProfile::AnalyticProfile(const TopologySpec& topology)
       gemm_by_flops_(topology.gemm_efficiency_by_flops),
       gemm_by_min_dim_(topology.gemm_efficiency_by_min_dim),
       memory_by_bytes_(topology.memory_efficiency_by_bytes),
+      fp8_scale_by_flops_(topology.fp8_gemm_scale_by_flops),
       launch_s_(topology.device.kernel_launch_us * kMicro) {
   for (int i = 0; i < 2; ++i) {
     flash_forward_[i] = LogCurve(topology.attention.flash_forward[i]);
@@ -31,7 +32,8 @@ double AnalyticProfile::gemm_seconds(const GemmShape& s) const {
   const double flops = s.flops();
   const double min_dim = double(std::min({s.m, s.n, s.k}));
   // Efficiency of one product of the batch: a batch of small GEMMs is not a big GEMM.
-  const double efficiency = gemm_by_flops_(flops / double(s.batch)) * gemm_by_min_dim_(min_dim);
+  double efficiency = gemm_by_flops_(flops / double(s.batch)) * gemm_by_min_dim_(min_dim);
+  if (s.dtype == Dtype::fp8 && !fp8_scale_by_flops_.empty()) efficiency *= fp8_scale_by_flops_(flops / double(s.batch));
   return flops / (peak * efficiency) + launch_s_;
 }
 

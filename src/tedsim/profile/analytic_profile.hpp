@@ -24,7 +24,7 @@ class AnalyticProfile final : public Profile {
   static double rate_at(const LogCurve (&curves)[2], double head_dim, double seq);
 
   TopologySpec topo_;
-  LogCurve gemm_by_flops_, gemm_by_min_dim_, memory_by_bytes_;
+  LogCurve gemm_by_flops_, gemm_by_min_dim_, memory_by_bytes_, fp8_scale_by_flops_;
   LogCurve flash_forward_[2], flash_backward_[2], unfused_[2];
   double launch_s_;
 };

@@ -100,6 +100,14 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
   check_fraction_curve(eff, "gemm_by_min_dim", t.gemm_efficiency_by_min_dim);
   t.memory_efficiency_by_bytes = eff.curve("memory_by_bytes");
   check_fraction_curve(eff, "memory_by_bytes", t.memory_efficiency_by_bytes);
+  if (eff.has("fp8_gemm_scale_by_flops")) {
+    t.fp8_gemm_scale_by_flops = eff.curve("fp8_gemm_scale_by_flops");
+    for (const auto& [flops, scale] : t.fp8_gemm_scale_by_flops)
+      if (flops <= 0 || scale <= 0 || scale > 1.0)
+        eff.fail("fp8_gemm_scale_by_flops", "expected positive FLOPs and scales in (0, 1]");
+    if (t.device.peak_tflops_of(Dtype::fp8) <= 0)
+      eff.fail("fp8_gemm_scale_by_flops", "the device has no fp8 peak (device.peak_tflops.fp8)");
+  }
   if (eff.has("attention")) t.attention = read_attention(eff.child("attention"));
   eff.reject_unknown_keys();
   if (root.has("published_error")) {

@@ -61,6 +61,9 @@ struct TopologySpec {
   Curve gemm_efficiency_by_flops;     // fraction of peak vs FLOPs of one GEMM
   Curve gemm_efficiency_by_min_dim;   // multiplier vs the smallest of m, n, k
   Curve memory_efficiency_by_bytes;   // fraction of memory bandwidth vs bytes moved
+  // Optional: FP8 GEMMs' efficiency (of the FP8 peak) over the bf16 curve's (of the bf16 peak), vs
+  // FLOPs of one GEMM; empty: FP8 at the bf16 curve.
+  Curve fp8_gemm_scale_by_flops;
   AttentionRates attention;           // optional `efficiency.attention` block
   PublishedError published;           // optional `published_error` block
 
