@@ -28,16 +28,7 @@ int ParamRegistrar::add_vector(const std::string& name, const std::string& kind,
 }
 
 Slice ParamRegistrar::slice(int A, int R, int C, int a0, int a1, int r0, int r1, std::vector<std::pair<int, int>> cols) {
-  Slice s;
-  s.A = A;
-  s.R = R;
-  s.C = C;
-  s.a0 = a0;
-  s.a1 = a1;
-  s.r0 = r0;
-  s.r1 = r1;
-  s.cols = std::move(cols);
-  return s;
+  return Slice{A, R, C, a0, a1, r0, r1, std::move(cols)};
 }
 
 }  // namespace tedsim::runtime

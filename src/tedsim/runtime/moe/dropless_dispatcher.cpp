@@ -83,84 +83,78 @@ class DroplessDispatcher final : public TokenDispatcher {
     return total;
   }
 
+  // How many elements this rank sends each peer of the expert group in the dispatch direction (its
+  // kept rows of the peer's experts) and receives from each (their rows of this rank's experts);
+  // the combine direction swaps the two.
+  static std::vector<std::size_t> to_owners(StepContext& c, const MoeActs& A) {
+    const int El = c.dims.local_experts;
+    std::vector<std::size_t> counts(c.ep->size(), 0);
+    for (int e = 0; e < c.dims.experts; ++e) counts[e / El] += std::size_t(A.kept[e]) * c.dims.hidden;
+    return counts;
+  }
+  static std::vector<std::size_t> from_sources(StepContext& c, const MoeActs& A) {
+    const int El = c.dims.local_experts;
+    std::vector<std::size_t> counts(c.ep->size(), 0);
+    for (std::size_t sr = 0; sr < counts.size(); ++sr)
+      for (int x = 0; x < El; ++x) counts[sr] += std::size_t(A.received[sr * El + x]) * c.dims.hidden;
+    return counts;
+  }
+  static std::size_t total(const std::vector<std::size_t>& counts) {
+    std::size_t sum = 0;
+    for (std::size_t n : counts) sum += n;
+    return std::max<std::size_t>(sum, 1);
+  }
+  // Where source s's rows for local expert x start, source-major (s, then x) and expert-major (x, then s).
+  static std::vector<std::size_t> offsets(const MoeActs& A, int S, int El, std::size_t hh, bool expert_major) {
+    std::vector<std::size_t> at(std::size_t(S) * El);
+    std::size_t next = 0;
+    for (int i = 0; i < S * El; ++i) {
+      const int sr = expert_major ? i % S : i / El, x = expert_major ? i / S : i % El;
+      at[sr * El + x] = next;
+      next += std::size_t(A.received[sr * El + x]) * hh;
+    }
+    return at;
+  }
+  // Copies every (source, local expert) block of rows from one layout's offsets to the other's.
+  static void relayout(StepContext& c, const MoeActs& A, const float* src, const std::vector<std::size_t>& src_at,
+                       float* dst, const std::vector<std::size_t>& dst_at) {
+    for (std::size_t i = 0; i < src_at.size(); ++i)
+      c.ops.copy(dst + dst_at[i], src + src_at[i], std::size_t(A.received[i]) * c.dims.hidden);
+  }
+
   // The dispatch buffer [E][capacity][h] (expert e's kept rows at [e][0, kept[e])) -> the local
   // experts' rows from every source, expert-major.
   static void exchange_out(StepContext& c, const MoeActs& A, const float* dbuf, float* expert_rows) {
-    const int S = c.ep->size(), El = c.dims.local_experts, E = c.dims.experts, Cl = A.dropless_capacity;
+    const int S = c.ep->size(), El = c.dims.local_experts, Cl = A.dropless_capacity;
     const std::size_t hh = static_cast<std::size_t>(c.dims.hidden);
-    std::vector<std::size_t> send_counts(S, 0), recv_counts(S, 0);
-    std::size_t sent = 0, received = 0;
-    for (int e = 0; e < E; ++e) send_counts[e / El] += std::size_t(A.kept[e]) * hh;
-    for (int sr = 0; sr < S; ++sr)
-      for (int x = 0; x < El; ++x) recv_counts[sr] += std::size_t(A.received[sr * El + x]) * hh;
-    for (std::size_t n : send_counts) sent += n;
-    for (std::size_t n : recv_counts) received += n;
-    float* sb = ensure(c.ws.send, std::max<std::size_t>(sent, 1));
+    const std::vector<std::size_t> send_counts = to_owners(c, A), recv_counts = from_sources(c, A);
+    float* sb = ensure(c.ws.send, total(send_counts));
     std::size_t at = 0;
-    for (int e = 0; e < E; ++e) {
+    for (int e = 0; e < c.dims.experts; ++e) {
       const std::size_t n = std::size_t(A.kept[e]) * hh;
       c.ops.copy(sb + at, dbuf + std::size_t(e) * Cl * hh, n);
       at += n;
     }
-    float* rb = ensure(c.ws.recv, std::max<std::size_t>(received, 1));
+    float* rb = ensure(c.ws.recv, total(recv_counts));
     c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_dispatch");
-    // Source-major (s, x) -> expert-major (x, s).
-    const std::vector<std::size_t> src_at = source_major_offsets(A, S, El, hh);
-    at = 0;
-    for (int x = 0; x < El; ++x)
-      for (int sr = 0; sr < S; ++sr) {
-        const std::size_t n = std::size_t(A.received[sr * El + x]) * hh;
-        c.ops.copy(expert_rows + at, rb + src_at[sr * El + x], n);
-        at += n;
-      }
+    relayout(c, A, rb, offsets(A, S, El, hh, false), expert_rows, offsets(A, S, El, hh, true));
   }
 
+  // The exact inverse: expert-major rows back to the dispatch buffer's layout.
   static void exchange_back(StepContext& c, const MoeActs& A, const float* expert_rows, float* dbuf) {
-    const int S = c.ep->size(), El = c.dims.local_experts, E = c.dims.experts, Cl = A.dropless_capacity;
+    const int S = c.ep->size(), El = c.dims.local_experts, Cl = A.dropless_capacity;
     const std::size_t hh = static_cast<std::size_t>(c.dims.hidden);
-    std::vector<std::size_t> send_counts(S, 0), recv_counts(S, 0);
-    std::size_t sent = 0, received = 0;
-    for (int sr = 0; sr < S; ++sr)
-      for (int x = 0; x < El; ++x) send_counts[sr] += std::size_t(A.received[sr * El + x]) * hh;
-    for (int e = 0; e < E; ++e) recv_counts[e / El] += std::size_t(A.kept[e]) * hh;
-    for (std::size_t n : send_counts) sent += n;
-    for (std::size_t n : recv_counts) received += n;
-    // Expert-major (x, s) -> source-major (s, x).
-    std::vector<std::size_t> src_at(std::size_t(S) * El);
-    std::size_t at = 0;
-    for (int x = 0; x < El; ++x)
-      for (int sr = 0; sr < S; ++sr) {
-        src_at[sr * El + x] = at;
-        at += std::size_t(A.received[sr * El + x]) * hh;
-      }
-    float* sb = ensure(c.ws.send, std::max<std::size_t>(sent, 1));
-    at = 0;
-    for (int sr = 0; sr < S; ++sr)
-      for (int x = 0; x < El; ++x) {
-        const std::size_t n = std::size_t(A.received[sr * El + x]) * hh;
-        c.ops.copy(sb + at, expert_rows + src_at[sr * El + x], n);
-        at += n;
-      }
-    float* rb = ensure(c.ws.recv, std::max<std::size_t>(received, 1));
+    const std::vector<std::size_t> send_counts = from_sources(c, A), recv_counts = to_owners(c, A);
+    float* sb = ensure(c.ws.send, total(send_counts));
+    relayout(c, A, expert_rows, offsets(A, S, El, hh, true), sb, offsets(A, S, El, hh, false));
+    float* rb = ensure(c.ws.recv, total(recv_counts));
     c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_combine");
-    at = 0;
-    for (int e = 0; e < E; ++e) {
+    std::size_t at = 0;
+    for (int e = 0; e < c.dims.experts; ++e) {
       const std::size_t n = std::size_t(A.kept[e]) * hh;
       c.ops.copy(dbuf + std::size_t(e) * Cl * hh, rb + at, n);
       at += n;
     }
-  }
-
-  // Where source s's rows for local expert x start in a source-major receive buffer.
-  static std::vector<std::size_t> source_major_offsets(const MoeActs& A, int S, int El, std::size_t hh) {
-    std::vector<std::size_t> at(std::size_t(S) * El);
-    std::size_t next = 0;
-    for (int sr = 0; sr < S; ++sr)
-      for (int x = 0; x < El; ++x) {
-        at[sr * El + x] = next;
-        next += std::size_t(A.received[sr * El + x]) * hh;
-      }
-    return at;
   }
 };
 
