@@ -29,6 +29,8 @@
 #include "validate_command.hpp"
 #include "validation_config.hpp"
 #include "watchdog_options.hpp"
+#include "kernel_times.hpp"
+#include "tedsim/runtime/kernel_census.hpp"
 
 namespace tedsim::cli {
 
@@ -47,6 +49,7 @@ struct ValidateOptions {
   double tolerance = 0.25;
   bool calibrate = false;
   std::string trace, trace_predicted;
+  bool kernel_times = false;
   WatchdogCliOptions watchdog;
 };
 
@@ -179,7 +182,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   }
   const Evaluator evaluator(in.model, in.topology, *in.profile);
   TraceRecorder predicted_trace;
-  const Prediction pred = evaluator.evaluate(c, o.trace_predicted.empty() ? nullptr : &predicted_trace);
+  const bool record_prediction = !o.trace_predicted.empty() || o.kernel_times;
+  const Prediction pred = evaluator.evaluate(c, record_prediction ? &predicted_trace : nullptr);
   if (backend == Backend::cpu) {
     // The CPU step keeps every tensor in fp32: a model planned for a cluster would end in
     // bad_alloc (or the OOM killer) minutes in. Every rank decides alike, or some would wait for
@@ -200,6 +204,11 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   topt.seed = o.seed;
   topt.data_file = o.data;
   topt.lr = o.lr;
+  runtime::KernelCensus census;
+  if (o.kernel_times) {
+    census.fence_each_call = backend == Backend::cuda;
+    topt.census = &census;
+  }
   runtime::MeasuredRun run;
   try {
     run = runtime::measure_training(*world, in.model, c, topt, o.warmup, o.iters);
@@ -269,6 +278,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       out << "verdict: PREDICTION OFF by " << fixed(100 * err, 1) << "% (tolerance " << fixed(100 * o.tolerance, 0)
           << "%): the profile does not describe this machine well; calibrate it (tedsim calibrate) and pass --profile\n";
 
+    if (o.kernel_times)
+      print_kernel_times(out, census, double(run.iterations + run.warmup), predicted_trace,
+                         build_workload(in.model, c, *in.profile, evaluator.spans_for(c)));
     const std::string title = in.model.name + " " + c.describe();
     if (!o.trace.empty()) {
       write_measured_trace(o.trace, run, title);
@@ -362,6 +374,9 @@ void register_validate(CLI::App& app, Action& action) {
                   "write the measured iteration (nearest the median) as a Chrome/Perfetto trace: a process per rank");
   cmd->add_option("--trace-predicted", o->trace_predicted,
                   "write the prediction of the same configuration as a trace with the same slice names");
+  cmd->add_flag("--kernel-times", o->kernel_times,
+                "time every kernel call of the step on rank 0 and print each kind's time per iteration beside the "
+                "prediction's (CUDA: each call fenced, which slows the measured iteration)");
   add_watchdog_options(*cmd, o->watchdog);
   cmd->callback([o, cmd, &action] { action = [o, cmd] { return run_validate(*o, cmd); }; });
 }

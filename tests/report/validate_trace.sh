@@ -2,15 +2,17 @@
 # validate --trace and --trace-predicted on 2 ranks (expert all-to-all, ZeRO-1 gradient sync):
 # both files parse as Chrome trace events; the measured one has a process per rank, each with
 # slices that tile its iteration; every measured name but the "compute" filler is one the
-# prediction uses, and every collective the prediction names is measured.
+# prediction uses, and every collective the prediction names is measured. --kernel-times: the
+# table names each kind of kernel the step runs, with a predicted and a measured time for the ones
+# the cost model prices, and its totals are the sums of its rows.
 #   validate_trace.sh TEDSIM MPIRUN DIR
 set -uo pipefail
 TEDSIM=$1 MPIRUN=$2 DIR=$3
 mkdir -p "$DIR"
 "$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --tp 1 --ep 2 --global-batch 8 \
-  --warmup 1 --iters 3 --trace "$DIR/measured.json" --trace-predicted "$DIR/predicted.json" > "$DIR/validate.log" 2>&1 ||
+  --warmup 1 --iters 3 --kernel-times --trace "$DIR/measured.json" --trace-predicted "$DIR/predicted.json" > "$DIR/validate.log" 2>&1 ||
   { echo "FAIL: validate exited $?"; cat "$DIR/validate.log"; exit 1; }
-python3 - "$DIR/measured.json" "$DIR/predicted.json" <<'PY'
+python3 - "$DIR/measured.json" "$DIR/predicted.json" "$DIR/validate.log" <<'PY'
 import json, sys
 def slices(path):
     doc = json.load(open(path))
@@ -40,6 +42,24 @@ collectives |= {e["name"] for e in predicted if e["cat"] == "dp_grad_sync" and n
 missing = collectives - measured_names
 assert not missing, f"collectives the prediction names but the measured trace lacks: {sorted(missing)}"
 assert {"ep_alltoall_dispatch", "ep_alltoall_combine", "grad_sync_nonexpert"} <= measured_names, sorted(measured_names)
+rows = {}
+lines = open(sys.argv[3]).read().splitlines()
+start = next(i for i, l in enumerate(lines) if l.startswith("kernels (rank 0)"))
+for line in lines[start + 2:]:
+    if not line.strip() or line.startswith(("trace:", "verdict")):
+        break
+    cells = line.split()
+    numbers = [c for c in cells if c.replace(".", "", 1).isdigit() or c == "-"]
+    kind = line[:line.index(numbers[0])].strip() if numbers else line.strip()
+    rows[kind] = [c for c in cells[len(kind.split()):]]
+for kind in ("GEMMs", "attention core", "optimizer", "norms", "dispatch and combine", "router"):
+    assert kind in rows, f"--kernel-times lacks {kind}: {sorted(rows)}"
+    calls, predicted_ms, measured_ms, error = rows[kind]
+    assert float(calls) > 0 and float(predicted_ms) > 0 and float(measured_ms) > 0, (kind, rows[kind])
+total = rows["all kernels"]
+priced = [k for k in rows if k != "all kernels"]
+assert abs(sum(float(rows[k][2]) for k in priced) - float(total[1])) < 0.01 * len(priced), rows
+assert abs(sum(float(rows[k][1]) for k in priced if rows[k][1] != "-") - float(total[0])) < 0.01 * len(priced), rows
 print(f"ok: {len(measured)} measured slices on {len(ranks)} ranks, {len(predicted)} predicted; "
       f"shared names {sorted(measured_names & predicted_names)}")
 PY

@@ -13,15 +13,20 @@ namespace tedsim::runtime {
 
 struct KernelCount {
   std::int64_t calls = 0;
-  double floats = 0;  // elements written or moved, as the call's sizes say (0 where none is given)
+  double floats = 0;   // elements written or moved, as the call's sizes say (0 where none is given)
+  double seconds = 0;  // wall time of the calls (with fence_each_call on asynchronous backends)
 };
 
 struct KernelCensus {
   std::map<std::string, KernelCount> kernels;  // by StepOps method name
-  void add(const char* name, double floats) {
+  // Asynchronous backends (CUDA) return before the kernel ends: fence after each call to time it,
+  // which serialises the step (the counts and the sum stay right; the iteration gets slower).
+  bool fence_each_call = false;
+  KernelCount& add(const char* name, double floats) {
     KernelCount& k = kernels[name];
     ++k.calls;
     k.floats += floats;
+    return k;
   }
 };
 
