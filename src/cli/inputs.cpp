@@ -34,6 +34,9 @@ void add_input_options(CLI::App& app, InputOptions& o) {
                  "where the profile has measured flash rates (the analytic profiles of Ampere and later GPUs)")
       ->capture_default_str();
   app.add_option("--gpus", o.gpus, "devices in the cluster (need not fill whole nodes)")->capture_default_str();
+  app.add_option("--gpus-per-node", o.gpus_per_node,
+                 "devices the job takes on each node (default: all the topology's), e.g. 64 of a GB200 NVL72 rack's "
+                 "72 when jobs are placed in 16-tray blocks; the node's links are the topology's either way");
   app.add_option("--global-batch", o.global_batch, "sequences per iteration")->capture_default_str();
   app.add_option("--seq", o.seq_len, "sequence length (default: the model's)")
       ->check(CLI::Validator(
@@ -314,6 +317,17 @@ Inputs load_inputs(const InputOptions& o) {
   apply_routing_overrides(o, in.model);
   if (!o.dtype.empty()) in.model.dtype = parse_dtype(o.dtype);
   in.topology = load_topology(in.topology_file);
+  if (o.gpus_per_node != 0) {
+    if (o.gpus_per_node < 0 || o.gpus_per_node > in.topology.devices_per_node)
+      throw InputError("--gpus-per-node " + std::to_string(o.gpus_per_node) + ": expected 1 to the " +
+                       std::to_string(in.topology.devices_per_node) + " devices a node of topology '" +
+                       in.topology.name + "' has (" + in.topology_file + ": devices_per_node)");
+    // Directly linked islands (Summit's triads) stay as they are where whole ones fit the job's
+    // share of a node; otherwise the job's devices on a node count as one island.
+    if (in.topology.island_size >= in.topology.devices_per_node || o.gpus_per_node % in.topology.island_size != 0)
+      in.topology.island_size = o.gpus_per_node;
+    in.topology.devices_per_node = o.gpus_per_node;
+  }
   if (o.gpus <= 0) throw InputError("--gpus: expected a positive device count, got " + std::to_string(o.gpus));
   if (o.global_batch <= 0) throw InputError("--global-batch: expected a positive count, got " + std::to_string(o.global_batch));
   if (o.seq_len < 0) throw InputError("--seq: expected a positive length, got " + std::to_string(o.seq_len));

@@ -26,6 +26,7 @@ struct InputOptions {
   std::string dtype;       // empty: the model's
   std::string attention_kernel = "auto";  // unfused, flash, or auto: flash where the profile has its rates
   int gpus = 128;
+  int gpus_per_node = 0;   // 0: the topology's devices_per_node
   int global_batch = 1024;
   int seq_len = 0;         // 0: the model's
   std::string profile;     // empty: analytic profile from the topology
