@@ -459,6 +459,7 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
                                 " GB/s per node across nodes"});
   table.add_row({"cluster", std::to_string(o.gpus) + " devices on " + std::to_string(nodes) + " nodes of " +
                                 std::to_string(t.devices_per_node) +
+                                (o.gpus_per_node > 0 ? " (--gpus-per-node)" : "") +
                                 (o.gpus % t.devices_per_node ? " (last node partly filled)" : "")});
   table.add_row({"global batch", std::to_string(o.global_batch) + " sequences"});
   table.add_row({"profile", in.profile->describe()});
