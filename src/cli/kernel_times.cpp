@@ -82,8 +82,7 @@ const char* op_kind(const Op& op) {
 
 std::map<std::string, const char*> kinds_by_op_name(const Workload& w) {
   std::map<std::string, const char*> kinds;
-  for (const Block* b : {&w.dense.forward, &w.dense.recompute, &w.dense.backward, &w.moe.forward, &w.moe.recompute,
-                         &w.moe.backward, &w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward})
+  for (const Block* b : w.blocks())
     for (int i = 0; i < b->count; ++i) kinds.emplace(b->ops[i].name, op_kind(b->ops[i]));
   return kinds;
 }

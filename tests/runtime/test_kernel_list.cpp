@@ -35,8 +35,7 @@ struct Priced {
 
 Priced priced(const Workload& w) {
   Priced p;
-  for (const Block* b : {&w.dense.forward, &w.dense.recompute, &w.dense.backward, &w.moe.forward, &w.moe.recompute,
-                         &w.moe.backward, &w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward})
+  for (const Block* b : w.blocks())
     for (int i = 0; i < b->count; ++i) {
       const Op& op = b->ops[i];
       p.names.insert(op.name);

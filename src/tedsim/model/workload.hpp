@@ -6,6 +6,7 @@
 // layer holds for the data-parallel sync, ZeRO and the optimizer; the pipeline's p2p transfer.
 // Which layers a stage holds is the stage map's business (spec/pipeline_layout.hpp); the timeline
 // (sim/) sums these blocks over a stage's chunks.
+#include <array>
 #include <cstdint>
 
 #include "tedsim/model/group_spans.hpp"
@@ -89,6 +90,11 @@ struct Workload {
   LayerBlocks dense, moe;
   Block embedding_forward, embedding_backward;  // first stage
   Block head_forward, head_backward;            // last stage: final norm, LM head, loss
+  // Every block above, for code that looks at all of the step's ops.
+  std::array<const Block*, 10> blocks() const {
+    return {&dense.forward, &dense.recompute, &dense.backward, &moe.forward,        &moe.recompute,
+            &moe.backward,  &embedding_forward, &embedding_backward, &head_forward, &head_backward};
+  }
   double embedding_grad_elems = 0;     // first stage, synced last (final after the lookup's backward)
   double head_grad_elems = 0;          // last stage: final norm, plus the LM head (untied, or the
                                        // tied copy a pipeline keeps on its last stage)
