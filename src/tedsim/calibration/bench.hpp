@@ -35,6 +35,9 @@ class Bench {
   // `warmup` untimed runs, then up to `reps` timed ones (at least 3, stopping once `budget_s` is
   // spent); seconds of each.
   virtual std::vector<double> time(const Prepared& p, int warmup, int reps, double budget_s) = 0;
+  // Before each timed collective: leave the caches as the step leaves a collective's buffers.
+  // Nothing by default (NCCL reads and writes device memory over the links either way).
+  virtual void cool_caches() {}
 };
 
 std::unique_ptr<Bench> make_cpu_bench();

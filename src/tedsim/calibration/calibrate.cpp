@@ -247,6 +247,7 @@ int run_calibration(const CalibrationOptions& o) {
     cc.dtype = dtype;
     cc.warmup = warmup;
     cc.iters = reps;
+    cc.before_each = [&] { bench->cool_caches(); };
     CollectiveResult r;
     const Timing t = measure([&] {
       r = check_and_time_groups(*world, groups->group(c.kind), cc);

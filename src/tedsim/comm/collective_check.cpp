@@ -188,6 +188,7 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   std::vector<double> times(std::size_t(c.iters));
   for (int it = 0; it < c.iters; ++it) {
     if (c.in_place) upload_input();
+    if (c.before_each) c.before_each();
     // Start together, so a late rank's skew is not charged to the collective.
     starter.barrier();
     timer->start();

@@ -5,6 +5,7 @@
 // Run on a group communicator by every member; when every rank calls it on its own group of one
 // kind, all groups of that kind run at once (as in a TED step, where they share links).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct CollectiveCase {
   bool in_place = false;           // not for all_to_all or send_recv
   int warmup = 2;                  // untimed repetitions first (connection setup, caches)
   int iters = 10;                  // timed repetitions
+  // Run on every rank before each timed repetition, outside the timing (calibration on CPU: push
+  // the buffers out of the caches, as the step finds them).
+  std::function<void()> before_each;
 };
 
 struct CollectiveResult {
