@@ -1,11 +1,16 @@
 // FP8 GEMMs on the analytic profile: the topology's fp8_gemm_scale_by_flops scales the bf16
 // curve's efficiency for FP8 GEMMs at the FP8 peak (hand-computed here), and bad scales are
-// named by key.
+// named by key. Transformer Engine's quantization kernels around each FP8 linear: their bytes per
+// recipe, in forward (input) and backward (output gradient), and none for bf16 or the GEMMs that
+// do not run in FP8.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
+#include "test_helpers.hpp"
 #include "tedsim/core/error.hpp"
+#include "tedsim/model/workload.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
 
 namespace tedsim {
@@ -59,6 +64,95 @@ TEST(Fp8Gemm, BadScalesNameTheKey) {
   EXPECT_NE(error_of(topology_text("  fp8_gemm_scale_by_flops: [[1.0e9, 0.8]]\n", "{fp32: 67, bf16: 1000}"))
                 .find("has no fp8 peak"),
             std::string::npos);
+}
+
+// The ops named `name` in block b, in order (backward: data gradient, then weight gradient).
+std::vector<const Op*> ops_named(const Block& b, const char* name) {
+  std::vector<const Op*> out;
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) out.push_back(&b.ops[i]);
+  return out;
+}
+
+TEST(Fp8Quantize, BytesPerElementFollowTheRecipe) {
+  const Fp8Quantize tensor = fp8_quantize_bytes(Fp8Recipe::tensor);
+  EXPECT_DOUBLE_EQ(tensor.input_bytes, 6.0);       // amax pass 2 + cast-transpose 2 + 1 + 1
+  EXPECT_DOUBLE_EQ(tensor.norm_input_bytes, 4.0);  // the norm computed the amax
+  EXPECT_DOUBLE_EQ(tensor.grad_bytes, 6.0);
+  const Fp8Quantize mx = fp8_quantize_bytes(Fp8Recipe::mxfp8);
+  EXPECT_DOUBLE_EQ(mx.input_bytes, 2.0 + 2.0 * (1.0 + 1.0 / 32));  // two FP8 copies, a scale per 32 each
+  EXPECT_DOUBLE_EQ(mx.norm_input_bytes, mx.input_bytes);
+  EXPECT_DOUBLE_EQ(mx.grad_bytes, mx.input_bytes);
+}
+
+// Llama-3.1-70B on dgx-h100 (per-tensor current scaling) in FP8, t = 8: each linear's GEMM
+// carries its input's quantization, hand-computed from its shape; the output gradient's rides on
+// the data-gradient GEMM; the output layer stays unquantized.
+TEST(Fp8Quantize, EveryLinearQuantizesItsInputForwardAndItsGradientBackward) {
+  ModelSpec m = test::model("hf/llama-3.1-70b");
+  m.dtype = Dtype::fp8;
+  test::Bench bench(m, "dgx-h100");
+  ParallelConfig c = test::config(8, 8, 1, 1, 8);
+  c.pp = 1;
+  const Workload w = bench.workload(c);
+  const Profile& p = bench.profile;
+  const auto elementwise = [&](double bytes) { return p.kernel_seconds(KernelKind::elementwise, bytes, Dtype::bf16); };
+  const Block& fwd = w.dense.forward;
+  const Op* qkv = ops_named(fwd, "qkv_proj").at(0);
+  const Op* proj = ops_named(fwd, "attn_out_proj").at(0);
+  const GemmShape& gq = qkv->gemm;
+  const GemmShape& gp = proj->gemm;
+  // qkv's input is the RMSNorm's output (fused amax, 4 B); the projection's is the core's (6 B).
+  EXPECT_DOUBLE_EQ(qkv->quantize_bytes, 4.0 * double(gq.m) * double(gq.k));
+  EXPECT_DOUBLE_EQ(proj->quantize_bytes, 6.0 * double(gp.m) * double(gp.k));
+  EXPECT_NEAR(qkv->seconds, p.gemm_seconds(gq) + elementwise(qkv->quantize_bytes), 1e-15);
+  EXPECT_NEAR(proj->seconds, p.gemm_seconds(gp) + elementwise(proj->quantize_bytes), 1e-15);
+  EXPECT_DOUBLE_EQ(ops_named(fwd, "mlp_fc1").at(0)->quantize_bytes,
+                   4.0 * double(ops_named(fwd, "mlp_fc1").at(0)->gemm.m) * double(ops_named(fwd, "mlp_fc1").at(0)->gemm.k));
+  const Op* fc2 = ops_named(fwd, "mlp_fc2").at(0);
+  EXPECT_DOUBLE_EQ(fc2->quantize_bytes, 6.0 * double(fc2->gemm.m) * double(fc2->gemm.k));
+  // Backward: the data gradient quantizes the output gradient [m, n]; the weight gradient nothing.
+  const auto bwd = ops_named(w.dense.backward, "attn_out_proj");
+  ASSERT_EQ(bwd.size(), 2u);
+  EXPECT_DOUBLE_EQ(bwd[0]->quantize_bytes, 6.0 * double(gp.m) * double(gp.n));
+  EXPECT_NEAR(bwd[0]->seconds, p.gemm_seconds(bwd[0]->gemm) + elementwise(bwd[0]->quantize_bytes), 1e-15);
+  EXPECT_DOUBLE_EQ(bwd[1]->quantize_bytes, 0.0);
+  EXPECT_NEAR(bwd[1]->seconds, p.gemm_seconds(bwd[1]->gemm), 1e-15);
+  // The output layer does not run under FP8 in Megatron-Core.
+  EXPECT_DOUBLE_EQ(ops_named(w.head_forward, "lm_head").at(0)->quantize_bytes, 0.0);
+  // Nothing of the sort in bf16.
+  ModelSpec b = m;
+  b.dtype = Dtype::bf16;
+  test::Bench bf16(b, "dgx-h100");
+  const Workload wb = bf16.workload(c);
+  for (int i = 0; i < wb.dense.forward.count; ++i) EXPECT_EQ(wb.dense.forward.ops[i].quantize_bytes, 0.0);
+  for (int i = 0; i < wb.dense.backward.count; ++i) EXPECT_EQ(wb.dense.backward.ops[i].quantize_bytes, 0.0);
+}
+
+// Qwen3-30B-A3B on dgx-b200 (MXFP8): the grouped expert GEMMs quantize all their rows' inputs at
+// 4.0625 B, and the router's gate stays unquantized.
+TEST(Fp8Quantize, ExpertsQuantizeAtTheBlockScaledRateOnBlackwell) {
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  m.dtype = Dtype::fp8;
+  test::Bench bench(m, "dgx-b200");
+  ParallelConfig c = test::config(8, 1, 8, 1, 8);
+  const Workload w = bench.workload(c);
+  const Op* fc1 = ops_named(w.moe.forward, "expert_fc1").at(0);
+  const GemmShape& g = fc1->gemm;
+  EXPECT_DOUBLE_EQ(fc1->quantize_bytes, 4.0625 * double(g.m) * double(g.k) * double(g.batch));
+  EXPECT_GT(g.batch, 1);
+  EXPECT_DOUBLE_EQ(ops_named(w.moe.forward, "gate").at(0)->quantize_bytes, 0.0);
+}
+
+TEST(Fp8Quantize, AnUnknownRecipeNamesTheKey) {
+  try {
+    topology_from_yaml_text(topology_text("").insert(std::string("name: fp8-test\ndevice:\n").size(), "  fp8_recipe: nvfp4\n"),
+                            "fp8-test");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_recipe"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nvfp4"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -21,6 +21,10 @@ inline constexpr int bytes_of(Dtype t) { return t == Dtype::fp32 ? 4 : t == Dtyp
 // The precision of everything but GEMM inputs: activations, gradients, weights, messages.
 inline constexpr Dtype storage_dtype(Dtype t) { return t == Dtype::fp8 ? Dtype::bf16 : t; }
 const char* to_string(Dtype t);
+
+// FP8 training's scaling recipe (Transformer Engine): one scale per tensor, computed from the
+// tensor's current maximum (Hopper), or one per 32 values (MXFP8, Blackwell's block scaling).
+enum class Fp8Recipe : std::uint8_t { tensor, mxfp8 };
 Dtype parse_dtype(const std::string_view text);  // throws InputError
 
 }  // namespace tedsim

@@ -8,6 +8,19 @@ namespace tedsim {
 
 void BlockBuilder::gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
                         Phase phase) {
+  add_gemm(name, m, n, k, batch, phase, Input::other);
+}
+
+void BlockBuilder::norm_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k) {
+  add_gemm(name, m, n, k, 1, Phase::compute, Input::norm);
+}
+
+void BlockBuilder::core_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+  add_gemm(name, m, n, k, batch, Phase::compute, Input::unquantized);
+}
+
+void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                            Phase phase, Input input) {
   GemmShape shape{m, n, k, batch, dtype_};
   Op op;
   op.name = name;
@@ -16,6 +29,11 @@ void BlockBuilder::gemm(const char* name, std::int64_t m, std::int64_t n, std::i
   op.gemm = shape;
   op.module = module_;
   op.seconds = profile_.gemm_seconds(shape);
+  const Fp8Quantize q = profile_.fp8_quantize();
+  if (dtype_ == Dtype::fp8 && input != Input::unquantized && q.priced()) {
+    op.quantize_bytes = (input == Input::norm ? q.norm_input_bytes : q.input_bytes) * double(m) * double(k) * double(batch);
+    op.seconds += profile_.kernel_seconds(KernelKind::elementwise, op.quantize_bytes, Dtype::bf16);
+  }
   block_.add(op);
 }
 
@@ -159,7 +177,7 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     x.kernel("mla_kv_norm", KernelKind::layernorm, 2.0 * d.T * d.kv_lora * d.B);
     x.gemm("mla_kv_up", d.T, d.heads_local * (d.qk_head_dim - d.qk_rope + d.v_head_dim), d.kv_lora);
   } else {
-    x.gemm("qkv_proj", d.T, d.qkv_out, d.h);
+    x.norm_gemm("qkv_proj", d.T, d.qkv_out, d.h);
   }
   // RoPE on the queries and keys (Megatron-Core's fused apply_rotary_pos_emb): reads and writes
   // each rotated element once; the cos/sin table is s x rotary_dim, cached.
@@ -183,14 +201,14 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     // softmax and PV as the framework runs them), else op by op.
     const bool measured = x.attention_core("attn_core", AttentionKernel::unfused, core);
     if (!measured) {
-      x.gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
+      x.core_gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
       x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
     }
     // Dropout on the probabilities, unfused (Megatron-LM's core attention): reads and writes them
     // and writes a one-byte mask per element.
     if (d.attention_dropout)
       x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.b * d.heads_local) * d.s * d.s);
-    if (!measured) x.gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
+    if (!measured) x.core_gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
     x.kernel("attn_merge_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.heads_local * d.v_head_dim) * d.B);
   }
   x.set_module(0);
@@ -205,7 +223,7 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
 void dense_mlp_forward(BlockBuilder& x, const LayerDims& d) {
   x.set_module(kRecomputeMlp);
   tp_block_entry(x, d, "sp_allgather_mlp");
-  x.gemm("mlp_fc1", d.T, d.fc1_factor * d.ffn_local_dense, d.h);
+  x.norm_gemm("mlp_fc1", d.T, d.fc1_factor * d.ffn_local_dense, d.h);
   x.kernel("mlp_activation", KernelKind::activation, double(d.fc1_factor + 1) * d.T * d.ffn_local_dense * d.B);
   x.gemm("mlp_fc2", d.T, d.h, d.ffn_local_dense);
   tp_block_exit(x, d, "tp_allreduce_mlp", "sp_reducescatter_mlp");
@@ -255,7 +273,7 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   const double kept = std::min(double(m.moe.top_k) * double(router_tokens), slots);
   const bool dtd_split = c.dtd && s.t > 1 && !d.sp;
   x.set_module(kRecomputeMoe);
-  x.gemm("gate", router_tokens, m.moe.experts, d.h);
+  x.core_gemm("gate", router_tokens, m.moe.experts, d.h, 1);
   x.kernel("gating", KernelKind::gating, gating_bytes(m, router_tokens));
   const int shared_first = x.size();
   if (d.shared_local > 0) shared_experts_forward(x, d, m);
@@ -265,10 +283,11 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   // DTD: each tensor rank sends its 1/t slice of every expert's capacity (copied out of the
   // dispatch buffer), and the combine's gather is copied back into place.
   if (dtd_split) x.kernel("dtd_slice", KernelKind::elementwise, 2.0 * a2a_bytes);
-  // FP8 training dispatches FP8 tokens with one fp32 scale per 128 values (DeepEP's low-precision
-  // dispatch) and combines in bf16.
-  const double dispatch_bytes = s.dtype == Dtype::fp8 ? E * double(s.capacity_a2a) * h * (1.0 + 4.0 / 128.0) : a2a_bytes;
-  const int dispatch_a2a = x.collective_at("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, dispatch_bytes, Phase::ep_alltoall);
+  // FP8 training still dispatches bf16 tokens: Megatron-Core's dispatchers (alltoall, and the flex
+  // one over DeepEP or HybridEP) have no FP8 path, and HybridEP asserts it off (Megatron-LM
+  // 2edffadb, megatron/core/transformer/moe/fused_a2a.py); the experts' grouped linear quantizes
+  // the tokens after the permutation. DeepEP's own FP8 dispatch is not what these runs use.
+  const int dispatch_a2a = x.collective_at("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
   // The tokens every tensor rank's experts see: all t ranks' after the gather.
   const double gathered_slots = d.sp ? double(s.t) * slots : slots;
   if (c.expert_tp && (dtd_split || d.sp))
@@ -324,7 +343,7 @@ void head_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const
   const double T = double(d.T), h = double(d.h), V_local = double(m.vocab) / s.t, B = d.B;
   x.kernel("final_layernorm", KernelKind::layernorm, 2.0 * double(d.T_local) * h * B, Phase::other);
   tp_block_entry(x, d, "sp_allgather_lm_head");
-  x.gemm("lm_head", s.tokens, m.vocab / s.t, m.hidden);
+  x.core_gemm("lm_head", s.tokens, m.vocab / s.t, m.hidden, 1);
   x.kernel("cross_entropy", KernelKind::softmax, 3.0 * T * V_local * 4.0, Phase::other);
   // Max, target logit and sum of exponentials are each all-reduced over the vocabulary split.
   for (const char* name : {"tp_allreduce_loss_max", "tp_allreduce_loss_target", "tp_allreduce_loss_sum"})
@@ -334,8 +353,8 @@ void head_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const
 void head_backward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const StepShape& s) {
   const double T = double(d.T), h = double(d.h), V_local = double(m.vocab) / s.t, B = d.B;
   x.kernel("cross_entropy_bwd", KernelKind::softmax, 2.0 * T * V_local * 4.0, Phase::other);
-  x.gemm("lm_head_dgrad", s.tokens, m.hidden, m.vocab / s.t);
-  x.gemm("lm_head_wgrad", m.hidden, m.vocab / s.t, s.tokens);
+  x.core_gemm("lm_head_dgrad", s.tokens, m.hidden, m.vocab / s.t, 1);
+  x.core_gemm("lm_head_wgrad", m.hidden, m.vocab / s.t, s.tokens, 1);
   tp_block_exit(x, d, "tp_allreduce_lm_head_bwd", "sp_reducescatter_lm_head_bwd");
   x.kernel("final_layernorm_bwd", KernelKind::layernorm, 4.0 * double(d.T_local) * h * B, Phase::other);
 }

@@ -29,8 +29,16 @@ class BlockBuilder {
   BlockBuilder(Block& block, const Profile& profile, const GroupSpans& spans, Dtype dtype)
       : block_(block), profile_(profile), spans_(spans), dtype_(dtype) {}
   void set_module(std::uint8_t module) { module_ = module; }
+  // A linear layer's GEMM [m,k] x [k,n]; in FP8 training its input is quantized first.
   void gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch = 1,
             Phase phase = Phase::compute);
+  // Same, for a linear whose input comes from Transformer Engine's fused norm (LayerNormLinear:
+  // Megatron-Core's qkv and dense fc1), which computes the FP8 scale's maximum on the way.
+  void norm_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k);
+  // A GEMM outside FP8's linear layers, whose input is not quantized: the unfused attention core's
+  // batched products, the router's gate and the output layer (Megatron-Core runs neither under
+  // Transformer Engine's FP8).
+  void core_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch);
   void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute);
   // The attention core as one kernel priced from the profile's measured rates; false (nothing
   // added) where the profile has none for this kernel.
@@ -48,6 +56,9 @@ class BlockBuilder {
   Block& block_;
   const Profile& profile_;
   const GroupSpans& spans_;
+  enum class Input : std::uint8_t { other, norm, unquantized };
+  void add_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, Phase phase,
+                Input input);
   Dtype dtype_;
   std::uint8_t module_ = 0;
 };

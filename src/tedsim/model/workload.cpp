@@ -139,6 +139,13 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       wgrad.gemm = GemmShape{g.k, g.n, g.m, g.batch, g.dtype};
       dgrad.seconds = profile.gemm_seconds(dgrad.gemm);
       wgrad.seconds = profile.gemm_seconds(wgrad.gemm);
+      dgrad.quantize_bytes = wgrad.quantize_bytes = 0;
+      // FP8: the output gradient is quantized once, before the data-gradient GEMM; the weight
+      // gradient takes the input's column-wise copy, quantized in forward.
+      if (f.quantize_bytes > 0) {
+        dgrad.quantize_bytes = profile.fp8_quantize().grad_bytes * double(g.m) * double(g.n) * double(g.batch);
+        dgrad.seconds += profile.kernel_seconds(KernelKind::elementwise, dgrad.quantize_bytes, Dtype::bf16);
+      }
       backward.add(dgrad);
       // Sequence parallelism keeps the GEMM's input sharded: the weight gradient needs it gathered
       // again, which Megatron-Core overlaps with the data-gradient GEMM; what that does not cover

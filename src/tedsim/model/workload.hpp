@@ -29,6 +29,10 @@ struct Op {
   CollectiveOp collective = CollectiveOp::all_reduce;
   GroupKind group = GroupKind::tensor;
   GemmShape gemm{};                       // GEMMs: the shape, so backward can derive its GEMMs
+  // FP8 GEMMs: bytes of Transformer Engine's quantization of the operand this GEMM adds (forward:
+  // its input; backward, on the data-gradient GEMM: the output gradient), priced into `seconds`
+  // as a memory-bound kernel just before it.
+  double quantize_bytes = 0;
   KernelKind kernel = KernelKind::count;  // memory-bound kernels: which one
   std::uint8_t module = 0;                // RecomputeModule bits of the module it belongs to
   // The attention core priced as one measured kernel (Profile::attention_seconds): its shape is in

@@ -16,6 +16,7 @@ class AnalyticProfile final : public Profile {
   double p2p_seconds(const GroupSpan& span, double bytes) const override;
   // From the topology's measured attention rates (efficiency.attention); -1 without them.
   double attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& shape) const override;
+  Fp8Quantize fp8_quantize() const override { return fp8_quantize_bytes(topo_.device.fp8_recipe); }
   std::string describe() const override;
 
  private:

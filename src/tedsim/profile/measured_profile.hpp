@@ -148,6 +148,7 @@ class MeasuredProfile final : public Profile {
   // Pipeline transfers are not calibrated yet: the fallback topology's analytic model, with a warning.
   double p2p_seconds(const GroupSpan& span, double bytes) const override;
   double arrival_wait_seconds(const GroupSpan& span, double compute_since_sync_s) const override;
+  Fp8Quantize fp8_quantize() const override { return fallback_.fp8_quantize(); }
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }

@@ -85,6 +85,28 @@ constexpr const char* to_string(CollectiveOp op) {
   return "?";
 }
 
+// Bytes per element of Transformer Engine's quantization of one GEMM operand before an FP8 GEMM
+// (TransformerEngine v2.14.1, the version Megatron-Bridge v0.4.2 pins). Each linear layer
+// quantizes its input in forward and its output gradient in backward; the weight gradient reuses
+// the input's column-wise copy, and weights are quantized once per step (not priced: a few ms of
+// a step). Per-tensor current scaling on Hopper reads the bf16 tensor for its maximum (2 B), then
+// reads it again (2 B) and writes the FP8 copy and its transpose (1 + 1 B): 6 B
+// (common/.../quantizer.cpp, 4 launches: zero amax, amax, scale, cast+transpose); after
+// Transformer Engine's LayerNorm/RMSNorm the maximum comes fused into the norm, 4 B
+// (normalization.cpp). MXFP8 reads 2 B and writes the row-wise and column-wise FP8 copies with
+// one 1-byte scale per 32 values each, 4.0625 B, in one kernel (quantize_mxfp8.cuh), with or
+// without a norm before it (the cuDNN norm that fuses it is off by default).
+struct Fp8Quantize {
+  double input_bytes = 0;       // per element of a GEMM input produced by anything but a TE norm
+  double norm_input_bytes = 0;  // per element of an input that a TE norm produced
+  double grad_bytes = 0;        // per element of an output gradient
+  bool priced() const { return input_bytes > 0; }
+};
+inline Fp8Quantize fp8_quantize_bytes(Fp8Recipe recipe) {
+  if (recipe == Fp8Recipe::mxfp8) return {2.0 + 2.0 * (1.0 + 1.0 / 32.0), 2.0 + 2.0 * (1.0 + 1.0 / 32.0), 2.0 + 2.0 * (1.0 + 1.0 / 32.0)};
+  return {6.0, 4.0, 6.0};
+}
+
 class Profile {
  public:
   virtual ~Profile() = default;
@@ -117,6 +139,9 @@ class Profile {
     (void)compute_since_sync_s;
     return 0;
   }
+  // The quantization kernels around FP8 GEMMs on this device; none priced by default (a measured
+  // profile's device has no FP8 of its own: it defers to its fallback topology).
+  virtual Fp8Quantize fp8_quantize() const { return {}; }
   virtual std::string describe() const = 0;
 };
 

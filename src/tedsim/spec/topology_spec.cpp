@@ -77,6 +77,11 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
   if (t.device.peak_tflops_of(Dtype::fp32) <= 0) peaks.fail("fp32", "required: a positive fp32 peak");
   t.device.memory_bandwidth_gbs = device.positive_number("memory_bandwidth_gbs");
   t.device.kernel_launch_us = device.nonnegative_number("kernel_launch_us", 0.0);
+  const std::string recipe = device.text("fp8_recipe", "tensor");
+  if (recipe == "mxfp8")
+    t.device.fp8_recipe = Fp8Recipe::mxfp8;
+  else if (recipe != "tensor")
+    device.fail("fp8_recipe", "expected tensor (per-tensor current scaling) or mxfp8 (block scaling), got '" + recipe + "'");
   device.reject_unknown_keys();
 
   t.devices_per_node = int(root.positive_integer("devices_per_node"));

@@ -20,6 +20,10 @@ struct DeviceSpec {
   double peak_tflops[kDtypeCount] = {0, 0, 0, 0};  // indexed by Dtype; 0 = unsupported
   double memory_bandwidth_gbs = 0;
   double kernel_launch_us = 0;    // fixed cost of every kernel
+  // How FP8 training scales its tensors on this device, as Transformer Engine runs it: per-tensor
+  // current scaling (Hopper) or MXFP8 block scaling (Blackwell). It sets the bytes of the
+  // quantization kernels around each FP8 GEMM (Profile::fp8_quantize).
+  Fp8Recipe fp8_recipe = Fp8Recipe::tensor;
   double peak_tflops_of(Dtype d) const { return peak_tflops[int(d)]; }
 };
 
