@@ -54,6 +54,7 @@ for i, r in enumerate(spec["rows"]):
     if "recompute_modules" in r: cmd += ["--recompute-modules", r["recompute_modules"]]
     if "pipeline_layout" in r: cmd += ["--pipeline-layout", r["pipeline_layout"]]
     if "gpus_per_node" in r: cmd += ["--gpus-per-node", str(r["gpus_per_node"])]
+    if "moe_dispatcher" in r: cmd += ["--moe-dispatcher", r["moe_dispatcher"]]
     # The attention core the source's software ran: Megatron-LM's unfused CoreAttention before
     # FlashAttention (2022), Transformer Engine's fused attention after.
     cmd += ["--attention-kernel", r["attention_kernel"]]

@@ -23,6 +23,7 @@ struct SearchOptions {
   int top = 10;
   int threads = 0;  // 0: every core
   int max_pp = 0;
+  std::string moe_dispatcher = "alltoall";
   int emit_rank = 1;
   bool all = false;
   std::string csv;
@@ -102,6 +103,7 @@ int run_search_command(const SearchOptions& o) {
   space.global_batch = o.in.global_batch;
   space.seq_len = o.in.seq_len;
   space.max_pp = o.max_pp;
+  space.moe_dispatcher = parse_moe_dispatcher(o.moe_dispatcher);
   if (o.threads < 0) throw InputError("--threads: expected a positive count (0: every core), got " + std::to_string(o.threads));
   if (o.max_pp < 0) throw InputError("--max-pp: expected a positive degree (0: every divisor), got " + std::to_string(o.max_pp));
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -161,6 +163,10 @@ void register_search(CLI::App& app, Action& action) {
   cmd->add_option("--csv", o->csv, "write the ranking table as CSV");
   cmd->add_option("--threads", o->threads, "threads sharing the search (default: every core; same result for any count)");
   cmd->add_option("--max-pp", o->max_pp, "largest pipeline degree to consider (default: every divisor of --gpus)");
+  cmd->add_option("--moe-dispatcher", o->moe_dispatcher,
+                  "how every plan's tokens reach their experts: alltoall (every token-expert pair) or flex "
+                  "(DeepEP/HybridEP: once per destination GPU and node)")
+      ->capture_default_str();
   add_emit_option(*cmd, o->emit);
   cmd->add_option("--rank", o->emit_rank, "with --emit: the plan of this rank of the table")->capture_default_str();
   cmd->add_flag("--all", o->all, "show plans that predict exactly what the row above does (folded by default)");

@@ -152,6 +152,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                      ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");
   if (in.model.dtype == Dtype::fp8)
     throw InputError("--dtype fp8: validate cannot run FP8 training yet (simulate and search model it)");
+  if (c.moe_dispatcher == MoeDispatcher::flex)
+    throw InputError("--moe-dispatcher flex: validate's training step dispatches as alltoall does, every token-expert "
+                     "pair (simulate and search model flex)");
   if (const std::string why = model_the_step_cannot_run(in.model, c, backend); !why.empty())
     throw InputError("model '" + in.model.name + "': validate cannot run " + why +
                      " yet (simulate and search model it; the CPU training step is the TED one)");

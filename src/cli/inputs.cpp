@@ -88,6 +88,10 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   add_switch(app, "shared-expert-overlap", o.shared_expert_overlap,
              "run shared experts on a side stream during the dispatch/combine all-to-alls (Megatron-Core's "
              "--moe-shared-expert-overlap)");
+  app.add_option("--moe-dispatcher", o.moe_dispatcher,
+                 "how tokens reach their experts: alltoall (every token-expert pair, Megatron-Core's alltoall "
+                 "dispatcher) or flex (DeepEP/HybridEP: once per destination GPU and node)")
+      ->capture_default_str();
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
 }
 
@@ -160,6 +164,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.expert_tp = k.expert_tp;
   c.tiled_optimizer = k.tiled;
   c.shared_expert_overlap = k.shared_expert_overlap;
+  c.moe_dispatcher = parse_moe_dispatcher(k.moe_dispatcher);
   c.layout = parse_layout(k.layout);
   const std::string why = config_violation(c, model);
   if (!why.empty()) {

@@ -46,6 +46,7 @@ struct ConfigOptions {
   int pp = 1, vpp = 1, tp = 1, ep = 1, micro_batch = 1, zero = 1;
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true, sequence_parallel = false;
   bool shared_expert_overlap = false;
+  std::string moe_dispatcher = "alltoall";
   std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
   std::string recompute_modules = "core_attn";
   std::string pipeline_layout;

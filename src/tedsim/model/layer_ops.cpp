@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tedsim/core/error.hpp"
+#include "tedsim/model/flex_dispatch.hpp"
 
 namespace tedsim {
 
@@ -83,6 +84,19 @@ int BlockBuilder::collective_at(const char* name, CollectiveOp which, GroupKind 
   const int before = block_.count;
   collective(name, which, group, bytes, phase);
   return block_.count > before ? before : -1;
+}
+
+int BlockBuilder::expert_all_to_all_at(const char* name, MoeDispatcher dispatcher, const MoeSpec& moe,
+                                       double pair_bytes) {
+  const int at = collective_at(name, CollectiveOp::all_to_all, GroupKind::expert, pair_bytes, Phase::ep_alltoall);
+  if (at >= 0 && dispatcher == MoeDispatcher::flex) {
+    Op& op = block_.ops[at];
+    const double flex = flex_all_to_all_seconds(profile_, spans_.of(GroupKind::expert), moe, pair_bytes);
+    block_.seconds += flex - op.seconds;
+    block_.phase_seconds[int(op.phase)] += flex - op.seconds;
+    op.seconds = flex;
+  }
+  return at;
 }
 
 double BlockBuilder::seconds_since(int first_op) const {
@@ -287,7 +301,7 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   // one over DeepEP or HybridEP) have no FP8 path, and HybridEP asserts it off (Megatron-LM
   // 2edffadb, megatron/core/transformer/moe/fused_a2a.py); the experts' grouped linear quantizes
   // the tokens after the permutation. DeepEP's own FP8 dispatch is not what these runs use.
-  const int dispatch_a2a = x.collective_at("ep_alltoall_dispatch", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
+  const int dispatch_a2a = x.expert_all_to_all_at("ep_alltoall_dispatch", c.moe_dispatcher, m.moe, a2a_bytes);
   // The tokens every tensor rank's experts see: all t ranks' after the gather.
   const double gathered_slots = d.sp ? double(s.t) * slots : slots;
   if (c.expert_tp && (dtd_split || d.sp))
@@ -317,7 +331,7 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
       x.collective("tp_allreduce_expert", CollectiveOp::all_reduce, GroupKind::tensor, out_bytes, Phase::tp_allreduce);
   }
   if (regroup) x.kernel("expert_major_unlayout", KernelKind::elementwise, 2.0 * received_bytes);
-  const int combine_a2a = x.collective_at("ep_alltoall_combine", CollectiveOp::all_to_all, GroupKind::expert, a2a_bytes, Phase::ep_alltoall);
+  const int combine_a2a = x.expert_all_to_all_at("ep_alltoall_combine", c.moe_dispatcher, m.moe, a2a_bytes);
   if (c.shared_expert_overlap && shared_seconds > 0) x.hide_behind(shared_seconds, {dispatch_a2a, combine_a2a});
   if (dtd_split) {
     x.collective("dtd_allgather_combine", CollectiveOp::all_gather, GroupKind::tensor, slots * h * B, Phase::tp_allgather);

@@ -46,6 +46,9 @@ class BlockBuilder {
   void collective(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
   // Same; returns the op's index, or -1 when it vanished (a group of one rank).
   int collective_at(const char* name, CollectiveOp which, GroupKind group, double bytes, Phase phase);
+  // An expert all-to-all of the alltoall dispatcher's `pair_bytes`, sent by the given dispatcher
+  // (flex: deduplicated per GPU and node, flex_dispatch.hpp); its index, or -1.
+  int expert_all_to_all_at(const char* name, MoeDispatcher dispatcher, const MoeSpec& moe, double pair_bytes);
   int size() const { return block_.count; }
   std::string profile_description() const { return profile_.describe(); }
   double seconds_since(int first_op) const;  // the ops added from index first_op on

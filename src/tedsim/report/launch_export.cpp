@@ -146,7 +146,12 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
     }
     a.flag("--expert-model-parallel-size", n(c.ep));
     a.flag("--expert-tensor-parallel-size", n(c.expert_tp ? c.tp : 1));
-    a.flag("--moe-token-dispatcher-type", "alltoall");
+    if (c.moe_dispatcher == MoeDispatcher::flex) {
+      a.flag("--moe-token-dispatcher-type", "flex");
+      a.flag("--moe-flex-dispatcher-backend", "deepep", "or hybridep: both send a token once per GPU and node");
+    } else {
+      a.flag("--moe-token-dispatcher-type", "alltoall");
+    }
     a.flag("--moe-grouped-gemm");
     a.flag("--moe-router-load-balancing-type", m.moe.router == Router::sigmoid ? "seq_aux_loss" : "aux_loss");
     if (!m.moe.dropless()) {

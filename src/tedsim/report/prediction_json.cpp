@@ -29,6 +29,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"zero", c.zero},
           {"expert_tp", c.expert_tp},
           {"tiled_optimizer", c.tiled_optimizer},
+          {"moe_dispatcher", to_string(c.moe_dispatcher)},
           {"layout", to_string(c.layout)}};
 }
 

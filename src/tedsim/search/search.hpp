@@ -23,6 +23,7 @@ struct SearchSpace {
   // Shared experts on a side stream during the all-to-alls: it only hides time, so every plan of a
   // model with shared experts uses it (Megatron-Core's --moe-shared-expert-overlap).
   bool shared_expert_overlap = true;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  // every plan's (--moe-dispatcher)
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };
 

@@ -77,6 +77,7 @@ std::string ParallelConfig::describe() const {
   text += " zero" + std::to_string(zero);
   text += expert_tp ? " etp" : " -";
   if (shared_expert_overlap) text += " seo";
+  if (moe_dispatcher == MoeDispatcher::flex) text += " flex";
   text += layout == RankLayout::ted ? " ted" : " dbe";
   return text;
 }
@@ -94,6 +95,14 @@ RankLayout parse_layout(const std::string& text) {
   if (text == "ted") return RankLayout::ted;
   if (text == "data_before_expert" || text == "dbe") return RankLayout::data_before_expert;
   throw InputError("--layout: expected ted or data_before_expert, got '" + text + "'");
+}
+
+const char* to_string(MoeDispatcher dispatcher) { return dispatcher == MoeDispatcher::flex ? "flex" : "alltoall"; }
+
+MoeDispatcher parse_moe_dispatcher(const std::string& text) {
+  if (text == "alltoall") return MoeDispatcher::alltoall;
+  if (text == "flex") return MoeDispatcher::flex;
+  throw InputError("--moe-dispatcher: expected alltoall or flex (DeepEP/HybridEP), got '" + text + "'");
 }
 
 }  // namespace tedsim

@@ -10,6 +10,13 @@ namespace tedsim {
 
 struct ModelSpec;
 
+// How MoE tokens reach their experts, after Megatron-Core's --moe-token-dispatcher-type:
+// alltoall sends every token-expert pair (the permuted tokens); flex (DeepEP, HybridEP) sends a
+// token once to each GPU, and once to each node, holding any of its experts (flex_dispatch.hpp).
+enum class MoeDispatcher : std::uint8_t { alltoall, flex };
+const char* to_string(MoeDispatcher dispatcher);
+MoeDispatcher parse_moe_dispatcher(const std::string& text);  // "alltoall" or "flex"
+
 struct ParallelConfig {
   int gpus = 1;
   int pp = 1;               // pipeline degree P (stages), outermost in the rank order
@@ -33,6 +40,7 @@ struct ParallelConfig {
   bool expert_tp = true;    // experts split over the tensor group (else whole, C/t tokens per rank)
   bool tiled_optimizer = true;  // expert optimizer step in tiles (no fp32 upcast spike)
   bool shared_expert_overlap = false;  // Megatron-Core's --moe-shared-expert-overlap (side stream)
+  MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage
