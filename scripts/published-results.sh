@@ -55,6 +55,7 @@ for i, r in enumerate(spec["rows"]):
     if "pipeline_layout" in r: cmd += ["--pipeline-layout", r["pipeline_layout"]]
     if "gpus_per_node" in r: cmd += ["--gpus-per-node", str(r["gpus_per_node"])]
     if "moe_dispatcher" in r: cmd += ["--moe-dispatcher", r["moe_dispatcher"]]
+    if "adam_moments" in r: cmd += ["--adam-moments", r["adam_moments"]]
     # The attention core the source's software ran: Megatron-LM's unfused CoreAttention before
     # FlashAttention (2022), Transformer Engine's fused attention after.
     cmd += ["--attention-kernel", r["attention_kernel"]]

@@ -152,6 +152,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                      ": validate runs selective recompute of core_attn only yet (simulate and search model the others)");
   if (in.model.dtype == Dtype::fp8)
     throw InputError("--dtype fp8: validate cannot run FP8 training yet (simulate and search model it)");
+  if (c.adam_moments != Dtype::fp32)
+    throw InputError("--adam-moments bf16: validate's training step keeps Adam's moments in fp32 (simulate and search "
+                     "model bf16 moments)");
   if (c.moe_dispatcher == MoeDispatcher::flex)
     throw InputError("--moe-dispatcher flex: validate's training step dispatches as alltoall does, every token-expert "
                      "pair (simulate and search model flex)");

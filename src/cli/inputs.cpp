@@ -92,6 +92,10 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
                  "how tokens reach their experts: alltoall (every token-expert pair, Megatron-Core's alltoall "
                  "dispatcher) or flex (DeepEP/HybridEP: once per destination GPU and node)")
       ->capture_default_str();
+  app.add_option("--adam-moments", o.adam_moments,
+                 "Adam's m and v in fp32 or bf16 (Megatron-Core's precision-aware optimizer with bf16 "
+                 "--exp-avg-dtype and --exp-avg-sq-dtype; master weights stay fp32)")
+      ->capture_default_str();
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
 }
 
@@ -165,6 +169,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.tiled_optimizer = k.tiled;
   c.shared_expert_overlap = k.shared_expert_overlap;
   c.moe_dispatcher = parse_moe_dispatcher(k.moe_dispatcher);
+  c.adam_moments = parse_adam_moments(k.adam_moments);
   c.layout = parse_layout(k.layout);
   const std::string why = config_violation(c, model);
   if (!why.empty()) {

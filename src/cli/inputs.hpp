@@ -47,6 +47,7 @@ struct ConfigOptions {
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true, sequence_parallel = false;
   bool shared_expert_overlap = false;
   std::string moe_dispatcher = "alltoall";
+  std::string adam_moments = "fp32";
   std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
   std::string recompute_modules = "core_attn";
   std::string pipeline_layout;

@@ -6,6 +6,7 @@
 
 #include "test_helpers.hpp"
 #include "tedsim/model/memory.hpp"
+#include "tedsim/model/workload.hpp"
 
 namespace tedsim {
 namespace {
@@ -31,6 +32,32 @@ TEST_P(ZeroOneMemory, ParameterStateMatchesClosedForm) {
 INSTANTIATE_TEST_SUITE_P(Degrees, ZeroOneMemory,
                          ::testing::Values(MemCase{16, 1, 1}, MemCase{16, 2, 4}, MemCase{64, 4, 16}, MemCase{128, 8, 8},
                                            MemCase{32, 1, 16}));
+
+// bf16 Adam moments (Megatron-Core's precision-aware optimizer): 8 optimizer bytes per parameter
+// (fp32 master, bf16 m and v) instead of 12, and the step moves 8 bytes per parameter less.
+TEST(Memory, Bf16AdamMomentsKeepEightBytesPerParameter) {
+  test::Bench bench(test::model("ted-6.7b"), "dgx-h100");
+  ParallelConfig c = test::config(16, 2, 4, 1, 32);
+  c.zero = 1;
+  const Prediction fp32 = bench.evaluator.evaluate(c);
+  c.adam_moments = Dtype::bf16;
+  const Prediction bf16 = bench.evaluator.evaluate(c);
+  const double d = c.dp(), de = c.dp_expert(), t = c.tp, e = c.ep;
+  const double expected = (4 + 8 / d) * bench.m.nonexpert_params() / t + (4 + 8 / de) * bench.m.expert_params() / (t * e);
+  EXPECT_NEAR((bf16.memory.weights + bf16.memory.grads + bf16.memory.optimizer) / expected, 1.0, 1e-12);
+  EXPECT_NEAR(bf16.memory.optimizer / fp32.memory.optimizer, 8.0 / 12.0, 1e-12);
+  EXPECT_DOUBLE_EQ(bf16.memory.weights, fp32.memory.weights);
+  // The step: Adam's bytes per owned parameter, 32 -> 24, priced by the same memory curve.
+  const Workload w32 = bench.workload(test::config(16, 2, 4, 1, 32));
+  ParallelConfig cb = test::config(16, 2, 4, 1, 32);
+  cb.adam_moments = Dtype::bf16;
+  const Workload w16 = bench.workload(cb);
+  const double owned = 1e8;
+  EXPECT_NEAR(w16.optimizer_seconds(owned * w16.shape.d, 0),
+              bench.profile.kernel_seconds(KernelKind::adam, owned * 24.0, Dtype::fp32), 1e-12);
+  EXPECT_NEAR(w32.optimizer_seconds(owned * w32.shape.d, 0),
+              bench.profile.kernel_seconds(KernelKind::adam, owned * 32.0, Dtype::fp32), 1e-12);
+}
 
 TEST(Memory, ZeroStagesShardMoreState) {
   test::Bench bench(test::model("ted-2.7b"), "thetagpu");

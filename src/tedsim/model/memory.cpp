@@ -100,8 +100,8 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
   const StepShape& s = w.shape;
   const double B = bytes_of(storage_dtype(m.dtype));
   // Half-precision training keeps an fp32 master copy plus Adam's m and v (12 bytes per
-  // parameter); fp32 training updates the weights in place and keeps m and v (8 bytes).
-  const double opt_bytes = B == 4 ? 8.0 : 12.0;
+  // parameter, 8 with bf16 moments); fp32 training updates the weights in place and keeps m and v.
+  const double opt_bytes = (B == 4 ? 0.0 : 4.0) + 2.0 * bytes_of(c.adam_moments);
   const double opt_ne_shard = c.zero >= 1 ? s.d : 1, opt_ex_shard = c.zero >= 1 ? s.de : 1;
   const double grad_ne_shard = c.zero >= 2 ? s.d : 1, grad_ex_shard = c.zero >= 2 ? s.de : 1;
   const double weight_ne_shard = c.zero >= 3 ? s.d : 1, weight_ex_shard = c.zero >= 3 ? s.de : 1;

@@ -248,11 +248,11 @@ double Workload::expert_sync_seconds(double elems) const {
 }
 
 // Adam moves ~32 bytes per parameter: fp32 master weight, m, v read and written (24), the gradient
-// upcast (4 + 2) and the updated half-precision weight (2).
+// upcast (4 + 2) and the updated half-precision weight (2); bf16 moments take 8 of it off.
 double Workload::optimizer_seconds(double nonexpert, double expert) const {
   const double ne_owned = nonexpert / (zero >= 1 ? shape.d : 1);
   const double ex_owned = expert / (zero >= 1 ? shape.de : 1);
-  const double per_param = shape.act_bytes == 4 ? 28.0 : 32.0;
+  const double per_param = (shape.act_bytes == 4 ? 28.0 : 32.0) - 4.0 * (4 - moment_bytes);
   double seconds = adam_seconds(*profile, ne_owned, per_param);
   if (ex_owned > 0) {
     if (tiled_optimizer) {
@@ -304,6 +304,7 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   w.spans = spans;
   w.zero = c.zero;
   w.tiled_optimizer = c.tiled_optimizer;
+  w.moment_bytes = bytes_of(c.adam_moments);
   w.shape = resolve_shape(m, c);
   w.grad_bytes = bytes_of(storage_dtype(m.dtype));
   w.param_bytes = bytes_of(storage_dtype(m.dtype));

@@ -123,6 +123,7 @@ struct Workload {
   GroupSpans spans;
   int zero = 1;
   bool tiled_optimizer = true;
+  int moment_bytes = 4;  // Adam's m and v, each
   int grad_bytes = 2;
   int param_bytes = 2;
 };

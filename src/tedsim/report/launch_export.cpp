@@ -114,6 +114,11 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
          "the attention core tedsim priced");
   if (c.zero == 1 || c.zero == 2)
     a.flag("--use-distributed-optimizer", "", "shards optimizer state, reduce-scatters gradients (ZeRO " + n(c.zero) + ")");
+  if (c.adam_moments == Dtype::bf16) {
+    a.flag("--use-precision-aware-optimizer", "", "Adam's moments in bf16, master weights fp32");
+    a.flag("--exp-avg-dtype", "bf16");
+    a.flag("--exp-avg-sq-dtype", "bf16");
+  }
   if (c.zero == 3) {
     a.flag("--use-megatron-fsdp", "", "ZeRO-3: parameters sharded too");
     a.flag("--data-parallel-sharding-strategy", "optim_grads_params");
@@ -227,6 +232,7 @@ std::string megatron_deepspeed_launch(const ModelSpec& m, const TopologySpec& to
   if (m.is_moe() && c.layout == RankLayout::data_before_expert) out += "#   the data-before-expert rank layout\n";
   if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
     out += "#   selective recompute of modules other than the attention core\n";
+  if (c.adam_moments == Dtype::bf16) out += "#   Adam's moments in bf16 (DeepSpeed's Adam keeps them in fp32)\n";
   return out;
 }
 

@@ -30,6 +30,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"expert_tp", c.expert_tp},
           {"tiled_optimizer", c.tiled_optimizer},
           {"moe_dispatcher", to_string(c.moe_dispatcher)},
+          {"adam_moments", to_string(c.adam_moments)},
           {"layout", to_string(c.layout)}};
 }
 

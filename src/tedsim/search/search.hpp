@@ -24,6 +24,7 @@ struct SearchSpace {
   // model with shared experts uses it (Megatron-Core's --moe-shared-expert-overlap).
   bool shared_expert_overlap = true;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  // every plan's (--moe-dispatcher)
+  Dtype adam_moments = Dtype::fp32;                        // every plan's (--adam-moments)
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };
 

@@ -78,6 +78,7 @@ std::string ParallelConfig::describe() const {
   text += expert_tp ? " etp" : " -";
   if (shared_expert_overlap) text += " seo";
   if (moe_dispatcher == MoeDispatcher::flex) text += " flex";
+  if (adam_moments != Dtype::fp32) text += " m16";
   text += layout == RankLayout::ted ? " ted" : " dbe";
   return text;
 }
@@ -98,6 +99,12 @@ RankLayout parse_layout(const std::string& text) {
 }
 
 const char* to_string(MoeDispatcher dispatcher) { return dispatcher == MoeDispatcher::flex ? "flex" : "alltoall"; }
+
+Dtype parse_adam_moments(const std::string& text) {
+  if (text == "fp32") return Dtype::fp32;
+  if (text == "bf16") return Dtype::bf16;
+  throw InputError("--adam-moments: expected fp32 or bf16, got '" + text + "'");
+}
 
 MoeDispatcher parse_moe_dispatcher(const std::string& text) {
   if (text == "alltoall") return MoeDispatcher::alltoall;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tedsim/core/units.hpp"
 #include "tedsim/spec/rank_layout.hpp"
 #include "tedsim/spec/recompute.hpp"
 
@@ -16,6 +17,7 @@ struct ModelSpec;
 enum class MoeDispatcher : std::uint8_t { alltoall, flex };
 const char* to_string(MoeDispatcher dispatcher);
 MoeDispatcher parse_moe_dispatcher(const std::string& text);  // "alltoall" or "flex"
+Dtype parse_adam_moments(const std::string& text);  // "fp32" or "bf16"
 
 struct ParallelConfig {
   int gpus = 1;
@@ -41,6 +43,10 @@ struct ParallelConfig {
   bool tiled_optimizer = true;  // expert optimizer step in tiles (no fp32 upcast spike)
   bool shared_expert_overlap = false;  // Megatron-Core's --moe-shared-expert-overlap (side stream)
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;
+  // Adam's m and v: fp32, or bf16 (Megatron-Core's --use-precision-aware-optimizer with
+  // --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe runs); the master
+  // weights stay fp32 either way.
+  Dtype adam_moments = Dtype::fp32;
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage
