@@ -80,7 +80,7 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   add_switch(app, "checkpoint", o.checkpoint, "activation checkpointing: aliases of --recompute full / none");
   app.add_option("--recompute", o.recompute, "none, selective or full (default: as --checkpoint says)");
   app.add_option("--recompute-modules", o.recompute_modules,
-                 "with --recompute selective: core_attn, layernorm, mlp, moe_act, moe, shared_experts")
+                 "with --recompute selective: core_attn, layernorm, mlp, moe_act, moe, shared_experts, mla_up_proj")
       ->capture_default_str();
   add_switch(app, "sequence-parallel", o.sequence_parallel, "sequence parallelism with tensor parallelism");
   add_switch(app, "expert-tp", o.expert_tp, "split experts over the tensor group");

@@ -120,5 +120,57 @@ TEST(Memory, ActivationsFollowKorthikantiForADenseLayer) {
   EXPECT_NEAR(mem.activations, m.layers * per_layer + logits, 1e-6 * mem.activations);
 }
 
+// Grouped-query attention keeps its key and value at their own width: Llama-3.1-70B (64 heads, 8
+// key-value heads of 128) at t = 8 keeps, per token, 8 local query heads, 1 key and 1 value head
+// and the 8 heads' output; the multi-head copy of the same model keeps 8 of each.
+TEST(Memory, AttentionKeepsQueryKeyValueAndOutputAtTheirOwnWidths) {
+  const ModelSpec gqa = test::model("hf/llama-3.1-70b");
+  ModelSpec mha = gqa;
+  mha.kv_heads = mha.heads;
+  ParallelConfig c = test::config(8, 8, 1, 1, 8);
+  c.recompute = Recompute::none;
+  const StepShape s = resolve_shape(gqa, c);
+  const double sb = double(s.s) * s.b, B = s.act_bytes, hd = gqa.head_dim();
+  ASSERT_EQ(gqa.kv_heads, 8);
+  const double difference = layer_activation_bytes(mha, c, s).dense - layer_activation_bytes(gqa, c, s).dense;
+  EXPECT_NEAR(difference, B * sb * 2.0 * (64.0 / 8 - 1.0) * hd, 1e-6 * difference);
+}
+
+// DeepSeek-V3's MLA (128 heads; q_lora 1536, kv_lora 512, rope 64, qk_head_dim 192, v 128) at
+// t = 1: the core's q, k (192 per head) and v (128) plus its output (128), beside the latents
+// (1536 and 512 before and after their norms, and the rope key); mla_up_proj recompute drops q,
+// k and v only.
+TEST(Memory, MlaKeepsItsLatentsAndUpProjectedHeadsUnlessRecomputed) {
+  const ModelSpec m = test::model("deepseek-v3");
+  ASSERT_TRUE(m.is_mla());
+  ParallelConfig c = test::config(8, 1, 8, 1, 8);
+  c.recompute = Recompute::selective;
+  c.recompute_modules = kRecomputeMlp;
+  const StepShape s = resolve_shape(m, c);
+  const double sb = double(s.s) * s.b, B = s.act_bytes;
+  const LayerActivationBytes kept = layer_activation_bytes(m, c, s);
+  c.recompute_modules = kRecomputeMlp | kRecomputeMlaUpProj;
+  const LayerActivationBytes up = layer_activation_bytes(m, c, s);
+  EXPECT_NEAR(kept.dense - up.dense, B * sb * 128.0 * (2 * 192 + 128), 1e-9 * kept.dense);
+  EXPECT_NEAR(kept.moe - up.moe, B * sb * 128.0 * (2 * 192 + 128), 1e-9 * kept.moe);
+  // What remains of the attention's own tensors: the output and the latents.
+  ModelSpec no_latents = m;
+  no_latents.mla.q_lora_rank = 0;
+  no_latents.mla.kv_lora_rank = 0;
+  no_latents.mla.qk_rope_head_dim = 0;
+  const LayerActivationBytes bare = layer_activation_bytes(no_latents, c, s);
+  EXPECT_NEAR(up.dense - bare.dense, B * sb * (2 * 1536 + 2 * 512 + 64), 1e-9 * up.dense);
+}
+
+TEST(Memory, MlaUpProjRecomputeNeedsMla) {
+  const ModelSpec m = test::model("qwen3-30b-a3b");
+  ParallelConfig c = test::config(8, 1, 8, 1, 8);
+  c.recompute = Recompute::selective;
+  c.recompute_modules = kRecomputeMlaUpProj;
+  EXPECT_NE(config_violation(c, m).find("mla_up_proj needs multi-latent attention"), std::string::npos);
+  EXPECT_EQ(parse_recompute_modules("mlp,mla_up_proj"), kRecomputeMlp | kRecomputeMlaUpProj);
+  EXPECT_EQ(recompute_modules_text(kRecomputeMlp | kRecomputeMlaUpProj), "mlp,mla_up_proj");
+}
+
 }  // namespace
 }  // namespace tedsim

@@ -314,6 +314,26 @@ TEST(PipelineFlops, SelectiveRecomputeAddsTheRecomputedModulesForward) {
   EXPECT_DOUBLE_EQ(mlp.flops_per_microbatch - none.flops_per_microbatch, bench.m.dense_layers() * mlp_flops);
 }
 
+// MLA's up projections (DeepSeek-V3, Megatron-Core's mla_up_proj): recomputing them adds the q and
+// kv up-projection GEMMs' forward FLOPs on every layer, dense and MoE alike.
+TEST(PipelineFlops, MlaUpProjRecomputeAddsTheUpProjectionsForward) {
+  test::Bench bench(test::model("deepseek-v3"), "dgx-h100");
+  ParallelConfig c = test::config(64, 1, 64, 1, 64);
+  c.recompute = Recompute::selective;
+  c.recompute_modules = kRecomputeMlp;
+  const Workload base = bench.workload(c);
+  c.recompute_modules = kRecomputeMlp | kRecomputeMlaUpProj;
+  const Workload up = bench.workload(c);
+  double up_flops = 0;
+  for (int i = 0; i < base.moe.forward.count; ++i) {
+    const std::string name = base.moe.forward.ops[i].name;
+    if (name == "mla_q_up" || name == "mla_kv_up") up_flops += base.moe.forward.ops[i].flops;
+  }
+  ASSERT_GT(up_flops, 0);
+  EXPECT_NEAR(up.flops_per_microbatch - base.flops_per_microbatch, bench.m.layers * up_flops, 1e-9 * up.flops_per_microbatch);
+  EXPECT_DOUBLE_EQ(up.model_flops_per_microbatch, base.model_flops_per_microbatch);
+}
+
 TEST(PipelineTimeline, SequenceParallelismReplacesEachAllReduceWithTwoHalves) {
   test::Bench bench(test::model("ted-1.3b"), "dgx-h100");
   ParallelConfig c = test::config(8, 4, 1, 1, 16);

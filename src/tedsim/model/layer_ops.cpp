@@ -180,16 +180,21 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     // Megatron-Core's MLA: the down projections to the latents are replicated on every tensor
     // rank; the up projections are column-parallel over heads, the output projection row-parallel.
     const std::int64_t q_heads_out = d.heads_local * d.qk_head_dim;
+    // The up projections (with their fused norms) and RoPE form Megatron-Core's mla_up_proj
+    // recompute module (qkv_up_proj_and_rope_apply in multi_latent_attention.py).
     if (d.q_lora > 0) {
       x.gemm("mla_q_down", d.T, d.q_lora, d.h);
+      x.set_module(kRecomputeMlaUpProj);
       x.kernel("mla_q_norm", KernelKind::layernorm, 2.0 * d.T * d.q_lora * d.B);
-      x.gemm("mla_q_up", d.T, q_heads_out, d.q_lora);
+      x.norm_gemm("mla_q_up", d.T, q_heads_out, d.q_lora);
+      x.set_module(0);
     } else {
       x.gemm("mla_q_proj", d.T, q_heads_out, d.h);
     }
     x.gemm("mla_kv_down", d.T, d.kv_lora + d.qk_rope, d.h);
+    x.set_module(kRecomputeMlaUpProj);
     x.kernel("mla_kv_norm", KernelKind::layernorm, 2.0 * d.T * d.kv_lora * d.B);
-    x.gemm("mla_kv_up", d.T, d.heads_local * (d.qk_head_dim - d.qk_rope + d.v_head_dim), d.kv_lora);
+    x.norm_gemm("mla_kv_up", d.T, d.heads_local * (d.qk_head_dim - d.qk_rope + d.v_head_dim), d.kv_lora);
   } else {
     x.norm_gemm("qkv_proj", d.T, d.qkv_out, d.h);
   }

@@ -20,7 +20,26 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   const double block_input = scale * 2.0 * sb * h / shard;
   const double dropout_mask = scale * sb * h / shard;
   const double norm_inputs = scale * 4.0 * sb * h / shard;
-  const double attn_split = scale * 8.0 * sb * h / t;
+  // What the attention core keeps for its backward: the query, key and value it was given and its
+  // output (the output projection's input too), at their own widths per tensor rank. Multi-head
+  // attention at head_dim = h / heads: 4h, Korthikanti's 8sbh/t in 2-byte elements. Grouped-query
+  // attention keeps its fewer key and value heads (replicated up to one per rank). MLA's up
+  // projections give every head a key of qk_head_dim (the nope part and the shared rope part) and
+  // a value of v_head_dim; mla_up_proj recompute drops those three and recomputes them from the
+  // latents, which MLA keeps beside: each compressed q and kv, before and after its norm (they are
+  // replicated on every tensor rank), and the rope key.
+  const double heads_local = double(m.heads) / t;
+  double qkv_width = 0, latents = 0;
+  if (m.is_mla()) {
+    qkv_width = c.recomputes(kRecomputeMlaUpProj)
+                    ? 0.0
+                    : heads_local * (2.0 * m.mla.qk_head_dim() + m.mla.v_head_dim);
+    latents = 2.0 * m.mla.q_lora_rank + 2.0 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim;
+  } else {
+    const double kv_local = std::max(1.0, double(m.kv_heads) / t);
+    qkv_width = heads_local * m.head_dim() + 2.0 * kv_local * m.head_dim();
+  }
+  const double attn_split = B * sb * (qkv_width + heads_local * (m.is_mla() ? m.mla.v_head_dim : m.head_dim()) + latents);
   // A fused (flash) core keeps no s x s tensor: only each row's fp32 log-sum-exp for its backward.
   const double attn_core = m.core_attention == AttentionKernel::flash ? 4.0 * a * sb / t : scale * 5.0 * a * s.s * sb / t;
   const double fc1_factor = m.activation == Activation::swiglu ? 2.0 : 1.0;

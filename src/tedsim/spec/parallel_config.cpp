@@ -35,6 +35,8 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     return "duplicate token dropping (dtd) with sequence parallelism: SP already splits the tokens over the "
            "tensor group before the router (drop --dtd)";
   if (c.recompute == Recompute::selective && c.recompute_modules == 0) return "selective recompute needs at least one module";
+  if (c.recomputes(kRecomputeMlaUpProj) && !m.is_mla())
+    return "recompute module mla_up_proj needs multi-latent attention (Megatron-Core refuses it too)";
   if (m.heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide heads " + s(m.heads);
   if (m.kv_heads % c.tp != 0) return "tp " + s(c.tp) + " does not divide kv_heads " + s(m.kv_heads);
   if (m.hidden % c.tp != 0) return "tp " + s(c.tp) + " does not divide hidden " + s(m.hidden);

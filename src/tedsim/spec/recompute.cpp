@@ -13,7 +13,8 @@ struct ModuleName {
 };
 constexpr ModuleName kModules[] = {{"core_attn", kRecomputeCoreAttn}, {"layernorm", kRecomputeLayernorm},
                                    {"mlp", kRecomputeMlp},            {"moe_act", kRecomputeMoeAct},
-                                   {"moe", kRecomputeMoe},            {"shared_experts", kRecomputeSharedExperts}};
+                                   {"moe", kRecomputeMoe},            {"shared_experts", kRecomputeSharedExperts},
+                                   {"mla_up_proj", kRecomputeMlaUpProj}};
 
 }  // namespace
 
@@ -47,7 +48,8 @@ std::uint8_t parse_recompute_modules(const std::string& list) {
     }
     if (!known)
       throw InputError("--recompute-modules: unknown module '" + item +
-                       "' (expected a comma-separated list of core_attn, layernorm, mlp, moe_act, moe, shared_experts)");
+                       "' (expected a comma-separated list of core_attn, layernorm, mlp, moe_act, moe, shared_experts, "
+                       "mla_up_proj)");
   }
   if (bits == 0) throw InputError("--recompute-modules: expected at least one module, got '" + list + "'");
   return bits;

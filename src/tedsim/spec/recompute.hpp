@@ -22,6 +22,7 @@ enum RecomputeModule : std::uint8_t {
   kRecomputeMoeAct = 1 << 3,         // the experts' activation function
   kRecomputeMoe = 1 << 4,            // the whole MoE block (router, dispatch, experts, combine)
   kRecomputeSharedExperts = 1 << 5,  // shared experts (models without them: no effect)
+  kRecomputeMlaUpProj = 1 << 6,      // MLA's up projections and RoPE: q, k and v from the latents
 };
 inline constexpr std::uint8_t kDefaultRecomputeModules = kRecomputeCoreAttn;
 
