@@ -7,7 +7,8 @@
 
 namespace tedsim {
 
-LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& c, const StepShape& s) {
+LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelConfig& c, const StepShape& s,
+                                            double fp8_input_bytes) {
   // Korthikanti et al. 2022 for 2-byte activations: per layer, attention 11sbh + 5as^2b, MLP 19sbh,
   // layernorms 4sbh. With tensor parallelism, the parts inside the tensor-parallel blocks divide by
   // t (attention 8sbh/t + 5as^2b/t, MLP 16sbh/t for F = 4h GeLU); the rest (the blocks' inputs 2sbh
@@ -18,6 +19,10 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   const double scale = B / 2.0;
   const double shard = s.sp ? t : 1.0;  // the replicated parts with SP
   const double block_input = scale * 2.0 * sb * h / shard;
+  // A saved input of an FP8 linear (the FP8 copy), of anything else: activation precision.
+  const bool fp8 = m.dtype == Dtype::fp8;
+  const double Bq = fp8 ? fp8_input_bytes : B;
+  const double linear_input = Bq * sb * h / shard;  // the norm's output, saved by qkv or fc1
   const double dropout_mask = scale * sb * h / shard;
   const double norm_inputs = scale * 4.0 * sb * h / shard;
   // What the attention core keeps for its backward: the query, key and value it was given and its
@@ -39,21 +44,27 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
     const double kv_local = std::max(1.0, double(m.kv_heads) / t);
     qkv_width = heads_local * m.head_dim() + 2.0 * kv_local * m.head_dim();
   }
-  const double attn_split = B * sb * (qkv_width + heads_local * (m.is_mla() ? m.mla.v_head_dim : m.head_dim()) + latents);
+  const double out_width = heads_local * (m.is_mla() ? m.mla.v_head_dim : m.head_dim());
+  // FP8: the output projection keeps its own FP8 copy of the core's output beside the core's bf16 one.
+  const double attn_split = B * sb * (qkv_width + out_width + latents) + (fp8 ? Bq * sb * out_width : 0.0);
   // A fused (flash) core keeps no s x s tensor: only each row's fp32 log-sum-exp for its backward.
   const double attn_core = m.core_attention == AttentionKernel::flash ? 4.0 * a * sb / t : scale * 5.0 * a * s.s * sb / t;
   const double fc1_factor = m.activation == Activation::swiglu ? 2.0 : 1.0;
-  // fc1 output (fc1_factor * F/t) and activation output (F/t), both in activation precision.
-  const double mlp_inner = sb * (fc1_factor + 1.0) * (double(m.ffn) / t) * B;
+  // fc1 output (fc1_factor * F/t, for the activation's backward) and activation output (F/t, fc2's
+  // input: its FP8 copy in FP8 training).
+  const double mlp_inner = sb * (double(m.ffn) / t) * (fc1_factor * B + Bq);
   const bool ln = c.recomputes(kRecomputeLayernorm);
+  // The norm's output that qkv (fused norm and linear) keeps; MLA's two down projections each keep
+  // an FP8 copy of it, about the bf16 size of one.
+  const double attn_input = m.is_mla() ? block_input : linear_input;
 
   LayerActivationBytes l;
-  const double attention_full = block_input + dropout_mask + attn_split + attn_core;
-  const double attention = (ln ? 0.0 : block_input) + dropout_mask + attn_split +
+  const double attention_full = attn_input + dropout_mask + attn_split + attn_core;
+  const double attention = (ln ? 0.0 : attn_input) + dropout_mask + attn_split +
                            (c.recomputes(kRecomputeCoreAttn) ? 0.0 : attn_core);
-  const double dense_mlp_full = block_input + dropout_mask + mlp_inner;
-  const double dense_mlp = c.recomputes(kRecomputeMlp) ? (ln ? 0.0 : block_input) + dropout_mask
-                                                       : (ln ? 0.0 : block_input) + dropout_mask + mlp_inner;
+  const double dense_mlp_full = linear_input + dropout_mask + mlp_inner;
+  const double dense_mlp = c.recomputes(kRecomputeMlp) ? (ln ? 0.0 : linear_input) + dropout_mask
+                                                       : (ln ? 0.0 : linear_input) + dropout_mask + mlp_inner;
   l.dense_full = norm_inputs + attention_full + dense_mlp_full;
   l.dense = norm_inputs + attention + dense_mlp;
   const double T = double(s.tokens);
@@ -64,12 +75,16 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
     const double rows = double(s.expert_rows) * s.local_experts;
     const double a2a = E * double(s.capacity_a2a) * h * B;
     const bool gathered = (c.dtd && s.t > 1) || s.sp;
-    const double expert_act_out = rows * s.ffn_local * B;
-    // Saved for backward: the block's input and dropout mask, fp32 gate probabilities, expert
-    // inputs, fc1 and activation outputs, the combine input (its weights need it).
-    // Shared experts keep their fc1 and activation outputs like a dense MLP of their width.
-    const double shared_inner = T * (fc1_factor + 1.0) * (double(m.shared_width()) / t) * B;
-    const double moe_inner = router_tokens * E * 4.0 + rows * h * B + rows * fc1_factor * s.ffn_local * B +
+    const double expert_act_out = rows * s.ffn_local * Bq;
+    // Saved for backward: the block's input (the router's, bf16: the MoE block's norm is not fused
+    // into a linear) and dropout mask, fp32 gate probabilities, expert inputs, fc1 and activation
+    // outputs, the combine input (its weights need it); FP8 linears' inputs as their FP8 copies.
+    // Shared experts keep their fc1 and activation outputs like a dense MLP of their width (in FP8
+    // also their own copy of the block's input).
+    const double shared_width = double(m.shared_width()) / t;
+    const double shared_inner = shared_width > 0 ? T * shared_width * (fc1_factor * B + Bq) + (fp8 ? T * h * Bq / shard : 0.0)
+                                                 : 0.0;
+    const double moe_inner = router_tokens * E * 4.0 + rows * h * Bq + rows * fc1_factor * s.ffn_local * B +
                              expert_act_out + slots * h * B + shared_inner;
     const double moe_full = block_input + dropout_mask + moe_inner;
     const double moe_kept =
@@ -124,7 +139,8 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
   const double opt_ne_shard = c.zero >= 1 ? s.d : 1, opt_ex_shard = c.zero >= 1 ? s.de : 1;
   const double grad_ne_shard = c.zero >= 2 ? s.d : 1, grad_ex_shard = c.zero >= 2 ? s.de : 1;
   const double weight_ne_shard = c.zero >= 3 ? s.d : 1, weight_ex_shard = c.zero >= 3 ? s.de : 1;
-  const LayerActivationBytes l = layer_activation_bytes(m, c, s);
+  const double fp8_input_bytes = topology.device.fp8_recipe == Fp8Recipe::mxfp8 ? 1.0 + 1.0 / 32.0 : 1.0;
+  const LayerActivationBytes l = layer_activation_bytes(m, c, s, fp8_input_bytes);
   const double layer_input = double(s.tokens) * m.hidden * B / (s.sp ? s.t : 1);
   // The loss keeps fp32 softmax over this rank's vocabulary slice.
   const double logits = double(s.tokens) * (double(m.vocab) / s.t) * 4.0;

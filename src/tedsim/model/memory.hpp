@@ -32,7 +32,11 @@ struct LayerActivationBytes {
   double cac_dense = 0, cac_moe = 0;    // CAC's stash per layer
   double moe_transient = 0;             // dispatch, all-to-all receive and expert output buffers
 };
-LayerActivationBytes layer_activation_bytes(const ModelSpec& model, const ParallelConfig& config, const StepShape& shape);
+// In FP8 training a linear layer keeps its input for the weight gradient as the FP8 column-wise
+// copy it quantized in forward (Transformer Engine's Linear, linear.py: the row-wise copy and the
+// bf16 input are dropped): `fp8_input_bytes` per element (1, and 1 + 1/32 for MXFP8's scales).
+LayerActivationBytes layer_activation_bytes(const ModelSpec& model, const ParallelConfig& config, const StepShape& shape,
+                                            double fp8_input_bytes = 1.0);
 
 // The largest stage's memory (what must fit); `stages`, if given, receives every stage's.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const ParallelConfig& config, const Workload& workload,
