@@ -24,6 +24,12 @@ struct ModelShowOptions {
 std::string billions(double n) { return fixed(n / 1e9, n < 1e10 ? 3 : 2) + " B"; }
 std::string millions(double n) { return fixed(n / 1e6, 2) + " M"; }
 
+std::string window_text(const ModelSpec& m) {
+  if (m.sliding_window <= 0) return "";
+  return ", sliding window " + std::to_string(m.sliding_window) +
+         (m.full_attention_every > 0 ? " on all but one layer in " + std::to_string(m.full_attention_every) : "");
+}
+
 std::string attention_text(const ModelSpec& m) {
   if (m.is_mla())
     return "mla: " + std::to_string(m.heads) + " heads, q latent " + std::to_string(m.mla.q_lora_rank) + ", kv latent " +
@@ -31,7 +37,7 @@ std::string attention_text(const ModelSpec& m) {
            std::to_string(m.mla.qk_rope_head_dim) + " rope, v head " + std::to_string(m.mla.v_head_dim);
   return std::string(to_string(m.attention)) + ": " + std::to_string(m.heads) + " heads, " + std::to_string(m.kv_heads) +
          " kv heads, head_dim " + std::to_string(m.head_dim()) + (m.qkv_bias || m.linear_bias ? ", qkv bias" : "") +
-         (m.rotary_dim > 0 ? ", rotary on " + std::to_string(m.rotary_dim) : ", no rotary");
+         (m.rotary_dim > 0 ? ", rotary on " + std::to_string(m.rotary_dim) : ", no rotary") + window_text(m);
 }
 
 std::string routing_text(const ModelSpec& m) {
@@ -55,6 +61,8 @@ nlohmann::json summary_json(const ModelSpec& m, const ModelSummary& s, int seq) 
   j["head_dim"] = m.head_dim();
   j["rotary_dim"] = m.rotary_dim;
   j["attention"] = to_string(m.attention);
+  j["sliding_window"] = m.sliding_window;
+  j["full_attention_every"] = m.full_attention_every;
   if (m.is_mla())
     j["mla"] = {{"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
                 {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},

@@ -103,6 +103,7 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
   if (m.norm == Norm::rmsnorm && backend == Backend::cuda) return "RMSNorm on the CUDA backend (the CPU backend runs it)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (m.rotary_dim > 0) return "rotary position embeddings";
+  if (m.sliding_window > 0) return "sliding-window attention";
   if (!m.is_moe()) return {};
   const MoeSpec& e = m.moe;
   if (e.shared_gate) return "Qwen2-MoE's sigmoid gate on the shared experts";

@@ -444,12 +444,18 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
                                      ? " (a Hugging Face config has no training length; --seq sets it)"
                                      : "") +
                                 ", " + to_string(m.dtype)});
-  if (m.head_dim_given > 0 || m.is_mla() || m.norm == Norm::rmsnorm)
+  if (m.head_dim_given > 0 || m.is_mla() || m.norm == Norm::rmsnorm || m.sliding_window > 0)
     table.add_row({"  attention", std::string(to_string(m.attention)) +
                                       (m.is_mla() ? ", kv latent " + std::to_string(m.mla.kv_lora_rank) + ", q latent " +
                                                         std::to_string(m.mla.q_lora_rank)
                                                   : ", head_dim " + std::to_string(m.head_dim())) +
-                                      ", " + to_string(m.norm)});
+                                      ", " + to_string(m.norm) +
+                                      (m.sliding_window > 0
+                                           ? ", sliding window " + std::to_string(m.sliding_window) +
+                                                 (m.full_attention_every > 0
+                                                      ? " on all but one layer in " + std::to_string(m.full_attention_every)
+                                                      : " on every layer")
+                                           : "")});
   table.add_row({"  attention core", std::string(to_string(m.core_attention)) +
                                          (o.attention_kernel == "auto" ? " (auto: " +
                                                                              std::string(m.core_attention == AttentionKernel::flash

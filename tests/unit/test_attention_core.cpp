@@ -66,6 +66,61 @@ TEST(AttentionCore, FlashTimesAreTheCausalHalfOfTheSquareAtTheTablesRate) {
   EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, false, longer), 0.5 * longer.forward_flops() / 300e12, 1e-12);
 }
 
+// A sliding window of w keys over s queries: the band holds w(w+1)/2 + (s - w) w pairs, which the
+// fused kernel computes at the rate of a causal core of length w; an unfused core still computes
+// and masks the whole square.
+TEST(AttentionCore, ASlidingWindowComputesItsBandAtTheWindowsRate) {
+  const AnalyticProfile p(topology_from_yaml_text(topology_text(kTables), "attn-test"));
+  const AttentionShape full{8, 4096, 128, 128};
+  AttentionShape window = full;
+  window.window = 2048;
+  const double pairs = 2048.0 * 2049.0 / 2.0 + (4096.0 - 2048.0) * 2048.0;
+  ASSERT_DOUBLE_EQ(window.square(), 2.0 * pairs);
+  ASSERT_DOUBLE_EQ(window.forward_flops(), 2.0 * 8 * 2.0 * pairs * 256);
+  // The window's 2048 keys: the tables' 225 TFLOP/s forward (the full core runs at 300, 4096's).
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, false, window), pairs * 2.0 * 8 * 256 / 225e12, 1e-12);
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, false, full), 0.5 * full.forward_flops() / 300e12, 1e-12);
+  // A window as long as the sequence is full causal attention.
+  AttentionShape long_window = full;
+  long_window.window = 4096;
+  EXPECT_DOUBLE_EQ(p.attention_seconds(AttentionKernel::flash, true, long_window), p.attention_seconds(AttentionKernel::flash, true, full));
+  // Unfused: the whole square either way.
+  EXPECT_DOUBLE_EQ(p.attention_seconds(AttentionKernel::unfused, false, window), p.attention_seconds(AttentionKernel::unfused, false, full));
+}
+
+// gpt-oss windows the odd layers (1-based): their blocks carry the windowed core, and a stage's
+// layers take their own kind's blocks.
+TEST(AttentionCore, WindowedLayersTakeTheirOwnBlocks) {
+  ModelSpec m = test::model("gpt-oss-120b");
+  m.core_attention = AttentionKernel::flash;  // Transformer Engine's, as --attention-kernel auto picks on H100
+  test::Bench bench(m, "dgx-h100");
+  ParallelConfig c = test::config(8, 1, 8, 1, 8);
+  c.recompute = Recompute::none;
+  const Workload w = bench.workload(c);
+  ASSERT_TRUE(w.windowed);
+  EXPECT_EQ(&w.layer_blocks(m, 0), &w.moe_window);
+  EXPECT_EQ(&w.layer_blocks(m, 1), &w.moe);
+  const auto core_of = [](const Block& b) {
+    for (int i = 0; i < b.count; ++i)
+      if (std::strcmp(b.ops[i].name, "attn_core") == 0) return &b.ops[i];
+    return static_cast<const Op*>(nullptr);
+  };
+  const Op* full = core_of(w.moe.forward);
+  const Op* windowed = core_of(w.moe_window.forward);
+  ASSERT_TRUE(full && windowed);
+  EXPECT_EQ(windowed->attention_window, 128);
+  EXPECT_EQ(full->attention_window, 0);
+  AttentionShape shape = full->attention_shape();
+  shape.window = 128;
+  EXPECT_DOUBLE_EQ(windowed->seconds, bench.profile.attention_seconds(AttentionKernel::flash, false, shape));
+  EXPECT_LT(windowed->seconds, 0.2 * full->seconds);  // 1/16 of the pairs, at a short core's lower rate
+  // Everything but the core is the same op for op.
+  EXPECT_NEAR(w.moe_window.forward.seconds - windowed->seconds, w.moe.forward.seconds - full->seconds, 1e-12);
+  // At a sequence no longer than the window, no windowed blocks are built.
+  c.seq_len = 128;
+  EXPECT_FALSE(bench.workload(c).windowed);
+}
+
 TEST(AttentionCore, UnfusedTimesAreTheWholeSquareSplitByFlops) {
   const AnalyticProfile p(topology_from_yaml_text(topology_text(kTables), "attn-test"));
   const AttentionShape s{8, 2048, 128, 128};

@@ -114,9 +114,18 @@ TEST(ModelImport, ReadsTheRoutingAndLayerPatternsEachArchitectureDeclares) {
   const ModelSpec qwen3 = test::model("hf/qwen3-30b-a3b");
   EXPECT_EQ(qwen3.head_dim(), 128);  // not hidden / heads = 64
   EXPECT_EQ(qwen3.q_dim(), 4096);
+  // gpt-oss: layer_types alternates sliding and full attention, starting with sliding.
   const ModelSpec oss = test::model("hf/gpt-oss-120b");
-  ASSERT_EQ(oss.approximations.size(), 1u);  // the sliding window
-  EXPECT_NE(oss.approximations[0].find("sliding_window 128"), std::string::npos);
+  EXPECT_TRUE(oss.approximations.empty());
+  EXPECT_EQ(oss.sliding_window, 128);
+  EXPECT_EQ(oss.full_attention_every, 2);
+  EXPECT_TRUE(oss.is_window_layer(0));
+  EXPECT_FALSE(oss.is_window_layer(1));
+  EXPECT_TRUE(oss.is_window_layer(34));
+  EXPECT_FALSE(oss.is_window_layer(35));
+  const ModelSpec shipped = test::model("gpt-oss-120b");  // the YAML says the same
+  EXPECT_EQ(shipped.sliding_window, 128);
+  EXPECT_EQ(shipped.full_attention_every, 2);
   const ModelSpec llama = test::model("hf/llama-3.1-8b");
   EXPECT_FALSE(llama.is_moe());
   EXPECT_NEAR(llama.total_params() / 1e9, 8.03, 0.005);

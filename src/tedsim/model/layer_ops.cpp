@@ -59,6 +59,7 @@ bool BlockBuilder::attention_core(const char* name, AttentionKernel kernel, cons
   op.gemm = GemmShape{shape.seq, shape.v_head_dim, shape.head_dim, shape.batch_heads, dtype_};
   op.is_attention = true;
   op.attention_kernel = kernel;
+  op.attention_window = shape.window;
   op.module = module_;
   op.seconds = seconds;
   block_.add(op);
@@ -203,7 +204,7 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   if (d.rotary_elems_per_token > 0)
     x.kernel("rotary", KernelKind::elementwise, 2.0 * double(d.T) * double(d.rotary_elems_per_token) * d.B);
   x.set_module(kRecomputeCoreAttn);
-  const AttentionShape core{d.b * d.heads_local, d.s, d.qk_head_dim, d.v_head_dim};
+  const AttentionShape core{d.b * d.heads_local, d.s, d.qk_head_dim, d.v_head_dim, d.window};
   if (d.core_attention == AttentionKernel::flash) {
     // A fused kernel (Transformer Engine's flash / cuDNN attention) reads q, k, v in the
     // projection's [s, b, heads, d] layout and writes the context in it: no layout copies, and

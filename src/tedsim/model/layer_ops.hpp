@@ -80,6 +80,7 @@ struct LayerDims {
   // Rotary position embedding: the query and key elements it rotates per token on this rank.
   std::int64_t rotary_elems_per_token;
   AttentionKernel core_attention;
+  std::int64_t window = 0;  // this layer kind's sliding window (0: full causal)
 };
 
 LayerDims layer_dims(const ModelSpec& model, const StepShape& shape);

@@ -116,7 +116,7 @@ StageParams stage_params(const ModelSpec& m, const Workload& w, const StageMap& 
   for (int v = 0; v < map.vpp; ++v) {
     const ModelChunk& c = map.chunk(stage, v);
     for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
-      const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
+      const LayerBlocks& l = w.layer_blocks(m, layer);
       p.nonexpert += l.nonexpert_grad_elems;
       p.expert += l.expert_grad_elems;
       p.largest_layer = std::max(p.largest_layer, l.nonexpert_grad_elems + l.expert_grad_elems);

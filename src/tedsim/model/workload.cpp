@@ -297,7 +297,7 @@ Workload build_workload(const ModelSpec& m, const ParallelConfig& c, const Profi
 void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& c, const Profile& profile,
                          const GroupSpans& spans) {
   // Every field is set below or cleared here: `w` may hold another configuration's workload.
-  for (LayerBlocks* l : {&w.dense, &w.moe}) l->clear();
+  for (LayerBlocks* l : {&w.dense, &w.moe, &w.dense_window, &w.moe_window}) l->clear();
   for (Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward}) b->clear();
   w.p2p_bytes = w.p2p_seconds = w.tied_embedding_sync_seconds = 0;
   w.profile = &profile;
@@ -340,6 +340,26 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
     attention_forward(x, d);
     moe_forward(x, d, s, m, c);
     finish_layer(w.moe, w, profile, spans, c);
+  }
+  w.windowed = m.sliding_window > 0 && m.sliding_window < s.s;
+  if (w.windowed) {
+    LayerDims dw = d;
+    dw.window = m.sliding_window;
+    w.dense_window.nonexpert_grad_elems = w.dense.nonexpert_grad_elems;
+    w.moe_window.nonexpert_grad_elems = w.moe.nonexpert_grad_elems;
+    w.moe_window.expert_grad_elems = w.moe.expert_grad_elems;
+    {
+      BlockBuilder x(w.dense_window.forward, profile, spans, s.dtype);
+      attention_forward(x, dw);
+      dense_mlp_forward(x, dw);
+      finish_layer(w.dense_window, w, profile, spans, c);
+    }
+    if (m.is_moe()) {
+      BlockBuilder x(w.moe_window.forward, profile, spans, s.dtype);
+      attention_forward(x, dw);
+      moe_forward(x, dw, s, m, c);
+      finish_layer(w.moe_window, w, profile, spans, c);
+    }
   }
   {
     BlockBuilder ef(w.embedding_forward, profile, spans, s.dtype);

@@ -39,7 +39,8 @@ struct Op {
   // `gemm` (m = seq, n = value head dim, k = query-key head dim, batch = sequences x local heads).
   bool is_attention = false;
   AttentionKernel attention_kernel = AttentionKernel::unfused;
-  AttentionShape attention_shape() const { return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n}; }
+  std::int64_t attention_window = 0;  // sliding-window attention's window (0: full causal)
+  AttentionShape attention_shape() const { return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n, attention_window}; }
 };
 
 // Ops that run back to back on the compute stream. Collectives inside a layer block the stream:
@@ -92,6 +93,15 @@ StepShape resolve_shape(const ModelSpec& model, const ParallelConfig& config);
 struct Workload {
   StepShape shape;
   LayerBlocks dense, moe;
+  // The same layers with sliding-window attention (built only for a model that windows some
+  // layers shorter than the sequence).
+  LayerBlocks dense_window, moe_window;
+  const LayerBlocks& layer_blocks(const ModelSpec& model, int layer) const {
+    const bool window = model.is_window_layer(layer) && windowed;
+    if (model.is_moe_layer(layer)) return window ? moe_window : moe;
+    return window ? dense_window : dense;
+  }
+  bool windowed = false;
   Block embedding_forward, embedding_backward;  // first stage
   Block head_forward, head_backward;            // last stage: final norm, LM head, loss
   // Every block above, for code that looks at all of the step's ops.

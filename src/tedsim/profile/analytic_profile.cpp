@@ -63,12 +63,19 @@ double AnalyticProfile::attention_seconds(AttentionKernel kernel, bool backward,
   const double pass = backward ? 2.5 : 1.0;  // the backward's FLOPs over the forward's
   if (kernel == AttentionKernel::flash) {
     if (!topo_.attention.has_flash()) return -1;
-    const double rate = rate_at(backward ? flash_backward_ : flash_forward_, head_dim, seq) * kTera;
+    // A sliding window's fused kernel skips the tiles outside the band: its work is the band's,
+    // at the rate of a causal core as long as the window (each query tile meets as few key tiles
+    // as there); below the tables' shortest sequence, that point's rate (optimistic there).
+    const bool windowed = s.window > 0 && s.window < s.seq;
+    const double rate = rate_at(backward ? flash_backward_ : flash_forward_, head_dim, windowed ? double(s.window) : seq) * kTera;
     return pass * 0.5 * s.forward_flops() / rate + launch_s_;
   }
   if (!topo_.attention.has_unfused()) return -1;
+  // An unfused core computes the whole square and masks it, window or not.
+  AttentionShape whole = s;
+  whole.window = 0;
   const double rate = rate_at(unfused_, head_dim, seq) * kTera;
-  return pass * s.forward_flops() / rate + 3 * launch_s_;  // three kernels a pass
+  return pass * whole.forward_flops() / rate + 3 * launch_s_;  // three kernels a pass
 }
 
 // Alpha-beta per link level. Inside a node a device's links carry its own traffic (NVLink,

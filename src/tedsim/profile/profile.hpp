@@ -24,11 +24,18 @@ struct GemmShape {
 // `batch_heads` = micro-batch x local heads), causal, as one measured kernel.
 struct AttentionShape {
   std::int64_t batch_heads = 0, seq = 0, head_dim = 0, v_head_dim = 0;
-  // FLOPs as a GEMM count gives them: QK^T and PV over the whole s x s square (no causal halving),
-  // forward. The backward does twice as many.
-  double forward_flops() const {
-    return 2.0 * double(batch_heads) * double(seq) * double(seq) * double(head_dim + v_head_dim);
+  std::int64_t window = 0;  // sliding-window attention: each query sees its last `window` keys (0: all)
+  // The query-key pairs a causal core computes, doubled: s^2 for full causal attention (the whole
+  // square, as a GEMM count gives it; a fused causal kernel does half), twice the band's pairs
+  // (each query's min(i + 1, w) keys) under a window shorter than the sequence.
+  double square() const {
+    const double s = double(seq), w = double(window);
+    if (window <= 0 || window >= seq) return s * s;
+    return 2.0 * (w * (w + 1.0) / 2.0 + (s - w) * w);
   }
+  // FLOPs as a GEMM count gives them: QK^T and PV over square(), forward. The backward does twice
+  // as many.
+  double forward_flops() const { return 2.0 * double(batch_heads) * square() * double(head_dim + v_head_dim); }
 };
 
 // Memory-bound kernels of a TED step. Each is timed as a function of the bytes it moves.

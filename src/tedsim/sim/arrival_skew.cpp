@@ -27,7 +27,7 @@ ArrivalSkew::ArrivalSkew(const ParallelConfig& c, const Workload& w) : w_(w) {
       const std::vector<int>&A = members[std::size_t(a)], &B = members[std::size_t(b)];
       contains_[std::size_t(a)][std::size_t(b)] = std::includes(A.begin(), A.end(), B.begin(), B.end());
     }
-  for (const LayerBlocks* l : {&w.dense, &w.moe})
+  for (const LayerBlocks* l : {&w.dense, &w.moe, &w.dense_window, &w.moe_window})
     for (const Block* b : {&l->forward, &l->recompute, &l->backward}) add_skeleton(*b);
   for (const Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward}) add_skeleton(*b);
 }

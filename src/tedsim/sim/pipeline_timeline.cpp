@@ -71,9 +71,9 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
       };
       if (c.embedding) forward(w.embedding_forward);
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
-        const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
+        const LayerBlocks& l = w.layer_blocks(m, layer);
         forward(l.forward);
-        if (&l == &w.moe)
+        if (m.is_moe_layer(layer))
           sw.expert_gemm_s += expert_gemm_seconds(l.forward) + expert_gemm_seconds(l.recompute) + expert_gemm_seconds(l.backward);
         sw.nonexpert_params += l.nonexpert_grad_elems;
         sw.expert_params += l.expert_grad_elems;
@@ -85,7 +85,7 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
         sw.nonexpert_params += w.head_grad_elems;
       }
       for (int layer = c.first_layer + c.layers - 1; layer >= c.first_layer; --layer) {
-        const LayerBlocks& l = m.is_moe_layer(layer) ? w.moe : w.dense;
+        const LayerBlocks& l = w.layer_blocks(m, layer);
         backward(l.recompute);
         backward(l.backward);
         if (!l.grads_synced_in_backward)
@@ -424,13 +424,13 @@ class PipelineTimeline {
     if (!task.backward) {
       if (c.embedding) trace_block(p, w_.embedding_forward, pass + " embedding", now);
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
-        trace_block(p, (m_.is_moe_layer(layer) ? w_.moe : w_.dense).forward, layer_where("forward", layer), now);
+        trace_block(p, w_.layer_blocks(m_, layer).forward, layer_where("forward", layer), now);
       if (c.head) trace_block(p, w_.head_forward, pass + " head", now);
       return;
     }
     if (c.head) trace_block(p, w_.head_backward, pass + " head", now);
     for (int layer = c.first_layer + c.layers - 1; layer >= c.first_layer; --layer) {
-      const LayerBlocks& l = m_.is_moe_layer(layer) ? w_.moe : w_.dense;
+      const LayerBlocks& l = w_.layer_blocks(m_, layer);
       trace_block(p, l.recompute, layer_where("recompute", layer), now);
       trace_block(p, l.backward, layer_where("backward", layer), now);
     }
@@ -599,13 +599,10 @@ double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageM
       const ModelChunk& c = map.chunk(p, v);
       if (c.embedding) stage += w.embedding_forward.seconds + w.embedding_backward.seconds;
       if (c.head) stage += w.head_forward.seconds + w.head_backward.seconds;
-      const int moe = m.is_moe() ? [&] {
-        int n = 0;
-        for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) n += m.is_moe_layer(layer);
-        return n;
-      }() : 0;
-      const auto pass = [](const LayerBlocks& l) { return l.forward.seconds + l.recompute.seconds + l.backward.seconds; };
-      stage += moe * pass(w.moe) + (c.layers - moe) * pass(w.dense);
+      for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
+        const LayerBlocks& l = w.layer_blocks(m, layer);
+        stage += l.forward.seconds + l.recompute.seconds + l.backward.seconds;
+      }
     }
     busiest = std::max(busiest, stage);
   }

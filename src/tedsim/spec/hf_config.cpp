@@ -216,22 +216,39 @@ void read_attention(HfReader& r, Family f, ModelSpec& m, HfImport& out) {
   else if (f == Family::gpt_oss) m.linear_bias = r.boolean("attention_bias", true);
   else if (r.boolean("attention_bias", false)) m.qkv_bias = m.linear_bias = true;
   if (f == Family::llama && r.boolean("mlp_bias", false)) m.linear_bias = true;
-  // Sliding-window attention does less work than full causal attention once the window is
-  // shorter than the sequence; tedsim costs every layer as full causal attention.
+  // Sliding-window attention: on every layer (Mistral), or on the layers layer_types marks
+  // sliding (gpt-oss: every other one, Megatron-Core's window_attn_skip_freq 2).
   const bool window_used = f == Family::mistral || f == Family::gpt_oss ? r.has("sliding_window")
                                                                        : r.boolean("use_sliding_window", false);
-  if (r.has("sliding_window") && window_used && !r.raw("sliding_window").is_null()) {
-    const std::int64_t w = r.positive("sliding_window");
-    out.approximated.push_back("sliding_window " + std::to_string(w) +
-                               (f == Family::gpt_oss ? " (on the layers layer_types marks sliding)" : "") +
-                               ": costed as full causal attention, exact when the window is at least --seq");
-  }
+  std::vector<bool> sliding;
   if (r.has("layer_types")) {
     const json& lt = r.raw("layer_types");
     if (!lt.is_array()) r.fail("layer_types", "expected a list of attention kinds per layer");
-    for (const json& k : lt)
+    for (const json& k : lt) {
       if (!k.is_string() || (k != "full_attention" && k != "sliding_attention"))
         r.fail("layer_types", "expected full_attention or sliding_attention, got " + k.dump());
+      sliding.push_back(k == "sliding_attention");
+    }
+    if (int(sliding.size()) != m.layers)
+      r.fail("layer_types", "expected one entry per layer (" + std::to_string(m.layers) + "), got " +
+                                std::to_string(sliding.size()));
+  }
+  if (r.has("sliding_window") && window_used && !r.raw("sliding_window").is_null()) {
+    const int w = int(r.positive("sliding_window"));
+    const bool any = sliding.empty() || std::find(sliding.begin(), sliding.end(), true) != sliding.end();
+    if (any) m.sliding_window = w;
+    if (any && !sliding.empty() && std::find(sliding.begin(), sliding.end(), false) != sliding.end()) {
+      // Every k-th layer (1-based) full, the rest windowed: the one pattern besides "all".
+      int every = 0;
+      for (int k = 2; k <= m.layers && every == 0; ++k) {
+        bool fits = true;
+        for (int i = 0; i < m.layers && fits; ++i) fits = sliding[std::size_t(i)] == ((i + 1) % k != 0);
+        if (fits) every = k;
+      }
+      if (every == 0)
+        r.fail("layer_types", "a pattern tedsim cannot express: it windows every layer, or all but every k-th");
+      m.full_attention_every = every;
+    }
   }
   r.has("use_sliding_window");
 }

@@ -88,6 +88,11 @@ struct ModelSpec {
   // Rotary position embedding (RoPE): dimensions of each query and key head it rotates (0: none,
   // GPT-2/3's learned positions). MLA rotates its qk_rope_head_dim part.
   int rotary_dim = 0;
+  // Sliding-window attention: each query attends to its last `sliding_window` keys (0: all), on
+  // every layer, or on all but every `full_attention_every`-th (1-based, Megatron-Core's
+  // window_attn_skip_freq: gpt-oss windows the odd layers, 2).
+  int sliding_window = 0;
+  int full_attention_every = 0;
   int ffn = 0;                 // dense FFN width F (4h unless the model says)
   Activation activation = Activation::gelu;
   Attention attention = Attention::mha;
@@ -121,6 +126,9 @@ struct ModelSpec {
   int shared_ffn() const { return moe.shared_ffn > 0 ? moe.shared_ffn : expert_ffn(); }
   int shared_width() const { return moe.shared_experts * shared_ffn(); }  // all shared experts side by side
   bool is_moe_layer(int layer) const;
+  bool is_window_layer(int layer) const {
+    return sliding_window > 0 && !(full_attention_every > 0 && (layer + 1) % full_attention_every == 0);
+  }
   int moe_layers() const;
   int dense_layers() const { return layers - moe_layers(); }
   std::string layer_pattern() const;  // e.g. "3 dense, then 58 MoE" or "D M D M ..."

@@ -93,6 +93,10 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   m.kv_heads = int(root.positive_integer("kv_heads", m.heads));
   m.head_dim_given = root.has("head_dim") ? int(root.positive_integer("head_dim")) : 0;
   m.rotary_dim = root.has("rotary_dim") ? int(root.positive_integer("rotary_dim")) : 0;
+  m.sliding_window = root.has("sliding_window") ? int(root.positive_integer("sliding_window")) : 0;
+  m.full_attention_every = root.has("full_attention_every") ? int(root.positive_integer("full_attention_every")) : 0;
+  if (m.full_attention_every > 0 && m.sliding_window == 0)
+    root.fail("full_attention_every", "needs sliding_window (the layers between the full ones are windowed)");
   m.ffn = int(root.positive_integer("ffn", 4 * std::int64_t(m.hidden)));
   static const std::pair<const char*, Activation> activations[] = {{"gelu", Activation::gelu}, {"swiglu", Activation::swiglu}};
   m.activation = choice(root, "activation", "gelu", activations);
