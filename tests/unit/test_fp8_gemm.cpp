@@ -10,6 +10,7 @@
 
 #include "test_helpers.hpp"
 #include "tedsim/core/error.hpp"
+#include "tedsim/model/layer_ops.hpp"
 #include "tedsim/model/workload.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
 
@@ -76,13 +77,31 @@ std::vector<const Op*> ops_named(const Block& b, const char* name) {
 
 TEST(Fp8Quantize, BytesPerElementFollowTheRecipe) {
   const Fp8Quantize tensor = fp8_quantize_bytes(Fp8Recipe::tensor);
-  EXPECT_DOUBLE_EQ(tensor.input_bytes, 6.0);       // amax pass 2 + cast-transpose 2 + 1 + 1
-  EXPECT_DOUBLE_EQ(tensor.norm_input_bytes, 4.0);  // the norm computed the amax
-  EXPECT_DOUBLE_EQ(tensor.grad_bytes, 6.0);
+  EXPECT_DOUBLE_EQ(tensor.bytes(false), 6.0);  // amax pass 2 + cast-transpose 2 + 1 + 1
+  EXPECT_DOUBLE_EQ(tensor.bytes(true), 4.0);   // the norm computed the amax
+  EXPECT_EQ(tensor.scalar_launches, 2);        // zero the amax, compute the scale
   const Fp8Quantize mx = fp8_quantize_bytes(Fp8Recipe::mxfp8);
-  EXPECT_DOUBLE_EQ(mx.input_bytes, 2.0 + 2.0 * (1.0 + 1.0 / 32));  // two FP8 copies, a scale per 32 each
-  EXPECT_DOUBLE_EQ(mx.norm_input_bytes, mx.input_bytes);
-  EXPECT_DOUBLE_EQ(mx.grad_bytes, mx.input_bytes);
+  EXPECT_DOUBLE_EQ(mx.bytes(false), 2.0 + 2.0 * (1.0 + 1.0 / 32));  // two FP8 copies, a scale per 32 each
+  EXPECT_DOUBLE_EQ(mx.bytes(true), mx.bytes(false));
+  EXPECT_EQ(mx.scalar_launches, 0);
+}
+
+// One tensor's kernels, hand-added: current scaling is an amax pass (2 B an element), a cast (4 B)
+// and two scalar kernels, each at the memory curve's rate for its size plus a launch; a grouped
+// GEMM's experts each pay that on their own rows.
+TEST(Fp8Quantize, EachTensorIsItsOwnKernels) {
+  test::Bench bench(test::model("qwen3-30b-a3b"), "dgx-h100");
+  const Profile& p = bench.profile;
+  const auto k = [&](double bytes) { return p.kernel_seconds(KernelKind::elementwise, bytes, Dtype::bf16); };
+  const Fp8Quantize q = fp8_quantize_bytes(Fp8Recipe::tensor);
+  const double e = 1024.0 * 2048.0;
+  const double one = k(2.0 * e) + k(4.0 * e) + 2.0 * p.kernel_seconds(KernelKind::elementwise, 4.0, Dtype::fp32);
+  EXPECT_NEAR(fp8_quantize_seconds(p, q, e, 1, false), one, 1e-15);
+  EXPECT_NEAR(fp8_quantize_seconds(p, q, e, 8, false), 8.0 * one, 1e-15);
+  EXPECT_NEAR(fp8_quantize_seconds(p, q, e, 1, true), one - k(2.0 * e), 1e-15);
+  // Eight experts of 1024 rows cost more than one tensor of their 8192 rows: launches and small kernels.
+  EXPECT_GT(fp8_quantize_seconds(p, q, e, 8, false), fp8_quantize_seconds(p, q, 8.0 * e, 1, false));
+  EXPECT_EQ(fp8_quantize_seconds(p, Fp8Quantize{}, e, 1, false), 0.0);
 }
 
 // Llama-3.1-70B on dgx-h100 (per-tensor current scaling) in FP8, t = 8: each linear's GEMM
@@ -96,7 +115,7 @@ TEST(Fp8Quantize, EveryLinearQuantizesItsInputForwardAndItsGradientBackward) {
   c.pp = 1;
   const Workload w = bench.workload(c);
   const Profile& p = bench.profile;
-  const auto elementwise = [&](double bytes) { return p.kernel_seconds(KernelKind::elementwise, bytes, Dtype::bf16); };
+  const Fp8Quantize q = fp8_quantize_bytes(Fp8Recipe::tensor);
   const Block& fwd = w.dense.forward;
   const Op* qkv = ops_named(fwd, "qkv_proj").at(0);
   const Op* proj = ops_named(fwd, "attn_out_proj").at(0);
@@ -105,8 +124,8 @@ TEST(Fp8Quantize, EveryLinearQuantizesItsInputForwardAndItsGradientBackward) {
   // qkv's input is the RMSNorm's output (fused amax, 4 B); the projection's is the core's (6 B).
   EXPECT_DOUBLE_EQ(qkv->quantize_bytes, 4.0 * double(gq.m) * double(gq.k));
   EXPECT_DOUBLE_EQ(proj->quantize_bytes, 6.0 * double(gp.m) * double(gp.k));
-  EXPECT_NEAR(qkv->seconds, p.gemm_seconds(gq) + elementwise(qkv->quantize_bytes), 1e-15);
-  EXPECT_NEAR(proj->seconds, p.gemm_seconds(gp) + elementwise(proj->quantize_bytes), 1e-15);
+  EXPECT_NEAR(qkv->seconds, p.gemm_seconds(gq) + fp8_quantize_seconds(p, q, double(gq.m) * double(gq.k), 1, true), 1e-15);
+  EXPECT_NEAR(proj->seconds, p.gemm_seconds(gp) + fp8_quantize_seconds(p, q, double(gp.m) * double(gp.k), 1, false), 1e-15);
   EXPECT_DOUBLE_EQ(ops_named(fwd, "mlp_fc1").at(0)->quantize_bytes,
                    4.0 * double(ops_named(fwd, "mlp_fc1").at(0)->gemm.m) * double(ops_named(fwd, "mlp_fc1").at(0)->gemm.k));
   const Op* fc2 = ops_named(fwd, "mlp_fc2").at(0);
@@ -115,7 +134,8 @@ TEST(Fp8Quantize, EveryLinearQuantizesItsInputForwardAndItsGradientBackward) {
   const auto bwd = ops_named(w.dense.backward, "attn_out_proj");
   ASSERT_EQ(bwd.size(), 2u);
   EXPECT_DOUBLE_EQ(bwd[0]->quantize_bytes, 6.0 * double(gp.m) * double(gp.n));
-  EXPECT_NEAR(bwd[0]->seconds, p.gemm_seconds(bwd[0]->gemm) + elementwise(bwd[0]->quantize_bytes), 1e-15);
+  EXPECT_NEAR(bwd[0]->seconds, p.gemm_seconds(bwd[0]->gemm) + fp8_quantize_seconds(p, q, double(gp.m) * double(gp.n), 1, false),
+              1e-15);
   EXPECT_DOUBLE_EQ(bwd[1]->quantize_bytes, 0.0);
   EXPECT_NEAR(bwd[1]->seconds, p.gemm_seconds(bwd[1]->gemm), 1e-15);
   // The output layer does not run under FP8 in Megatron-Core.

@@ -9,6 +9,7 @@
 
 #include "test_helpers.hpp"
 #include "tedsim/core/error.hpp"
+#include "tedsim/model/layer_ops.hpp"
 #include "tedsim/model/model_summary.hpp"
 #include "tedsim/spec/hf_config.hpp"
 
@@ -289,7 +290,14 @@ TEST(TodaysMoeCost, Fp8RunsGemmsAtTheFp8PeakAndKeepsBf16EverywhereElse) {
       quantize_bytes = wf.moe.forward.ops[i].quantize_bytes;
       EXPECT_DOUBLE_EQ(quantize_bytes, 6.0 * double(g.m) * double(g.k) * double(g.batch));
     }
-  const double quantize_s = fp8.profile.kernel_seconds(KernelKind::elementwise, quantize_bytes, Dtype::bf16);
+  double fc1_elements = 0, fc1_experts = 0;
+  for (int i = 0; i < wf.moe.forward.count; ++i)
+    if (std::string(wf.moe.forward.ops[i].name) == "expert_fc1") {
+      fc1_elements = double(wf.moe.forward.ops[i].gemm.m) * double(wf.moe.forward.ops[i].gemm.k);
+      fc1_experts = double(wf.moe.forward.ops[i].gemm.batch);
+    }
+  const double quantize_s =
+      fp8_quantize_seconds(fp8.profile, fp8_quantize_bytes(Fp8Recipe::tensor), fc1_elements, fc1_experts, false);
   EXPECT_NEAR((op_seconds(wf.moe.forward, "expert_fc1") - quantize_s) / op_seconds(wb.moe.forward, "expert_fc1"),
               0.5 / 0.883, 0.01);
   // Activations, gradients and weights stay bf16; the memory-bound kernels do not speed up.
@@ -311,7 +319,8 @@ TEST(TodaysMoeCost, Fp8RunsGemmsAtTheFp8PeakAndKeepsBf16EverywhereElse) {
   // Under full recompute (this configuration's) only the layer being recomputed holds them.
   ASSERT_EQ(c.recompute, Recompute::full);
   EXPECT_NEAR(pb.memory.activations - pf.memory.activations, per_layer, 1e-9 * pb.memory.activations);
-  EXPECT_LT(pf.sim.iteration_s, pb.sim.iteration_s);
+  // The whole iteration is not asserted faster: at one sequence per micro-batch over 8 local
+  // experts, the per-expert quantization costs about what the FP8 GEMMs save (within 1% here).
 }
 
 }  // namespace

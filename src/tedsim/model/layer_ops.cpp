@@ -7,6 +7,14 @@
 
 namespace tedsim {
 
+double fp8_quantize_seconds(const Profile& profile, const Fp8Quantize& q, double elements, double tensors, bool after_norm) {
+  if (!q.priced() || elements <= 0 || tensors <= 0) return 0.0;
+  double one = profile.kernel_seconds(KernelKind::elementwise, q.cast_bytes * elements, Dtype::bf16);
+  if (!after_norm && q.amax_bytes > 0) one += profile.kernel_seconds(KernelKind::elementwise, q.amax_bytes * elements, Dtype::bf16);
+  one += q.scalar_launches * profile.kernel_seconds(KernelKind::elementwise, 4.0, Dtype::fp32);
+  return tensors * one;
+}
+
 void BlockBuilder::gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
                         Phase phase) {
   add_gemm(name, m, n, k, batch, phase, Input::other);
@@ -32,8 +40,9 @@ void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, st
   op.seconds = profile_.gemm_seconds(shape);
   const Fp8Quantize q = profile_.fp8_quantize();
   if (dtype_ == Dtype::fp8 && input != Input::unquantized && q.priced()) {
-    op.quantize_bytes = (input == Input::norm ? q.norm_input_bytes : q.input_bytes) * double(m) * double(k) * double(batch);
-    op.seconds += profile_.kernel_seconds(KernelKind::elementwise, op.quantize_bytes, Dtype::bf16);
+    const bool after_norm = input == Input::norm;
+    op.quantize_bytes = q.bytes(after_norm) * double(m) * double(k) * double(batch);
+    op.seconds += fp8_quantize_seconds(profile_, q, double(m) * double(k), double(batch), after_norm);
   }
   block_.add(op);
 }

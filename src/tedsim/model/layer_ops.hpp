@@ -24,6 +24,11 @@ namespace tedsim {
 //
 // Appends ops with their profile times; collectives on groups of one rank vanish. Ops are tagged
 // with the recompute module they belong to, so selective recompute can pick them.
+// Seconds of Transformer Engine's quantization of `tensors` tensors of `elements` each (a grouped
+// GEMM's experts: one per expert), each its own kernels: the maximum's pass (unless a norm fused
+// it), the cast, the scalar kernels.
+double fp8_quantize_seconds(const Profile& profile, const Fp8Quantize& q, double elements, double tensors, bool after_norm);
+
 class BlockBuilder {
  public:
   BlockBuilder(Block& block, const Profile& profile, const GroupSpans& spans, Dtype dtype)

@@ -143,8 +143,9 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       // FP8: the output gradient is quantized once, before the data-gradient GEMM; the weight
       // gradient takes the input's column-wise copy, quantized in forward.
       if (f.quantize_bytes > 0) {
-        dgrad.quantize_bytes = profile.fp8_quantize().grad_bytes * double(g.m) * double(g.n) * double(g.batch);
-        dgrad.seconds += profile.kernel_seconds(KernelKind::elementwise, dgrad.quantize_bytes, Dtype::bf16);
+        const Fp8Quantize q = profile.fp8_quantize();
+        dgrad.quantize_bytes = q.bytes(false) * double(g.m) * double(g.n) * double(g.batch);
+        dgrad.seconds += fp8_quantize_seconds(profile, q, double(g.m) * double(g.n), double(g.batch), false);
       }
       backward.add(dgrad);
       // Sequence parallelism keeps the GEMM's input sharded: the weight gradient needs it gathered

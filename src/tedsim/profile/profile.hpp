@@ -103,15 +103,19 @@ constexpr const char* to_string(CollectiveOp op) {
 // (normalization.cpp). MXFP8 reads 2 B and writes the row-wise and column-wise FP8 copies with
 // one 1-byte scale per 32 values each, 4.0625 B, in one kernel (quantize_mxfp8.cuh), with or
 // without a norm before it (the cuDNN norm that fuses it is off by default).
+// Each quantized tensor is its own set of kernels: a grouped GEMM's experts quantize one by one
+// (grouped_linear.py's split_quantize; a fused multi-tensor kernel exists for delayed scaling only).
 struct Fp8Quantize {
-  double input_bytes = 0;       // per element of a GEMM input produced by anything but a TE norm
-  double norm_input_bytes = 0;  // per element of an input that a TE norm produced
-  double grad_bytes = 0;        // per element of an output gradient
-  bool priced() const { return input_bytes > 0; }
+  double amax_bytes = 0;  // per element: the pass that finds the tensor's maximum (current scaling)
+  double cast_bytes = 0;  // per element: the cast writing both FP8 copies (and MXFP8's scales)
+  int scalar_launches = 0;  // tiny kernels per tensor: zero the maximum, compute the scale
+  bool priced() const { return cast_bytes > 0; }
+  // Bytes per element of one tensor's quantization; after a fused norm the maximum comes with it.
+  double bytes(bool after_norm) const { return (after_norm ? 0.0 : amax_bytes) + cast_bytes; }
 };
 inline Fp8Quantize fp8_quantize_bytes(Fp8Recipe recipe) {
-  if (recipe == Fp8Recipe::mxfp8) return {2.0 + 2.0 * (1.0 + 1.0 / 32.0), 2.0 + 2.0 * (1.0 + 1.0 / 32.0), 2.0 + 2.0 * (1.0 + 1.0 / 32.0)};
-  return {6.0, 4.0, 6.0};
+  if (recipe == Fp8Recipe::mxfp8) return {0.0, 2.0 + 2.0 * (1.0 + 1.0 / 32.0), 0};
+  return {2.0, 4.0, 2};
 }
 
 class Profile {
