@@ -330,18 +330,22 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   w.nonexpert_params_rank = m.nonexpert_params() / t;
   w.expert_params_rank = m.expert_params() / expert_split;
 
-  {
-    BlockBuilder x(w.dense.forward, profile, spans, s.dtype);
-    attention_forward(x, d);
-    dense_mlp_forward(x, d);
-    finish_layer(w.dense, w, profile, spans, c);
-  }
-  if (m.is_moe()) {
-    BlockBuilder x(w.moe.forward, profile, spans, s.dtype);
-    attention_forward(x, d);
-    moe_forward(x, d, s, m, c);
-    finish_layer(w.moe, w, profile, spans, c);
-  }
+  // A dense and an MoE layer kind, each priced with these dims (the attention's window among them).
+  const auto build_layers = [&](LayerBlocks& dense, LayerBlocks& moe, const LayerDims& dims) {
+    {
+      BlockBuilder x(dense.forward, profile, spans, s.dtype);
+      attention_forward(x, dims);
+      dense_mlp_forward(x, dims);
+      finish_layer(dense, w, profile, spans, c);
+    }
+    if (m.is_moe()) {
+      BlockBuilder x(moe.forward, profile, spans, s.dtype);
+      attention_forward(x, dims);
+      moe_forward(x, dims, s, m, c);
+      finish_layer(moe, w, profile, spans, c);
+    }
+  };
+  build_layers(w.dense, w.moe, d);
   w.windowed = m.sliding_window > 0 && m.sliding_window < s.s;
   if (w.windowed) {
     LayerDims dw = d;
@@ -349,18 +353,7 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
     w.dense_window.nonexpert_grad_elems = w.dense.nonexpert_grad_elems;
     w.moe_window.nonexpert_grad_elems = w.moe.nonexpert_grad_elems;
     w.moe_window.expert_grad_elems = w.moe.expert_grad_elems;
-    {
-      BlockBuilder x(w.dense_window.forward, profile, spans, s.dtype);
-      attention_forward(x, dw);
-      dense_mlp_forward(x, dw);
-      finish_layer(w.dense_window, w, profile, spans, c);
-    }
-    if (m.is_moe()) {
-      BlockBuilder x(w.moe_window.forward, profile, spans, s.dtype);
-      attention_forward(x, dw);
-      moe_forward(x, dw, s, m, c);
-      finish_layer(w.moe_window, w, profile, spans, c);
-    }
+    build_layers(w.dense_window, w.moe_window, dw);
   }
   {
     BlockBuilder ef(w.embedding_forward, profile, spans, s.dtype);
