@@ -56,6 +56,8 @@ std::string plan_name(const json& c) {
   if (c.value("cac", false)) s += " cac";
   if (c.value("sequence_parallel", false)) s += " sp";
   if (c.value("expert_tp", false)) s += " etp";
+  if (c.value("moe_dispatcher", std::string("alltoall")) == "flex") s += " flex";
+  if (c.value("adam_moments", std::string("fp32")) == "bf16") s += " m16";
   s += " " + text(c, "layout");
   return s;
 }
