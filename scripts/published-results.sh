@@ -56,6 +56,7 @@ for i, r in enumerate(spec["rows"]):
     if "gpus_per_node" in r: cmd += ["--gpus-per-node", str(r["gpus_per_node"])]
     if "moe_dispatcher" in r: cmd += ["--moe-dispatcher", r["moe_dispatcher"]]
     if "adam_moments" in r: cmd += ["--adam-moments", r["adam_moments"]]
+    if "cuda_graph_scope" in r: cmd += ["--cuda-graph-scope", r["cuda_graph_scope"]]
     # The attention core the source's software ran: Megatron-LM's unfused CoreAttention before
     # FlashAttention (2022), Transformer Engine's fused attention after.
     cmd += ["--attention-kernel", r["attention_kernel"]]

@@ -25,6 +25,7 @@ struct SearchOptions {
   int max_pp = 0;
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
+  std::string cuda_graph_scope = "none";
   int emit_rank = 1;
   bool all = false;
   std::string csv;
@@ -106,6 +107,7 @@ int run_search_command(const SearchOptions& o) {
   space.max_pp = o.max_pp;
   space.moe_dispatcher = parse_moe_dispatcher(o.moe_dispatcher);
   space.adam_moments = parse_adam_moments(o.adam_moments);
+  space.cuda_graph_scopes = parse_cuda_graph_scopes(o.cuda_graph_scope);
   if (o.threads < 0) throw InputError("--threads: expected a positive count (0: every core), got " + std::to_string(o.threads));
   if (o.max_pp < 0) throw InputError("--max-pp: expected a positive degree (0: every divisor), got " + std::to_string(o.max_pp));
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -170,6 +172,9 @@ void register_search(CLI::App& app, Action& action) {
                   "(DeepEP/HybridEP: once per destination GPU and node)")
       ->capture_default_str();
   cmd->add_option("--adam-moments", o->adam_moments, "every plan's Adam moments: fp32 or bf16 (master weights stay fp32)")
+      ->capture_default_str();
+  cmd->add_option("--cuda-graph-scope", o->cuda_graph_scope,
+                  "every plan's CUDA-graph scopes: none, or a list of attn, mlp, moe_router, moe_preprocess")
       ->capture_default_str();
   add_emit_option(*cmd, o->emit);
   cmd->add_option("--rank", o->emit_rank, "with --emit: the plan of this rank of the table")->capture_default_str();

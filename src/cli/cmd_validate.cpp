@@ -156,6 +156,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (c.adam_moments != Dtype::fp32)
     throw InputError("--adam-moments bf16: validate's training step keeps Adam's moments in fp32 (simulate and search "
                      "model bf16 moments)");
+  if (c.cuda_graph_scopes != 0)
+    throw InputError("--cuda-graph-scope " + cuda_graph_scopes_text(c.cuda_graph_scopes) +
+                     ": validate's training step launches its kernels from C++, with no graphs to capture (simulate and "
+                     "search price CUDA graphs on the host side)");
   if (c.moe_dispatcher == MoeDispatcher::flex)
     throw InputError("--moe-dispatcher flex: validate's training step dispatches as alltoall does, every token-expert "
                      "pair (simulate and search model flex)");

@@ -96,6 +96,11 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
                  "Adam's m and v in fp32 or bf16 (Megatron-Core's precision-aware optimizer with bf16 "
                  "--exp-avg-dtype and --exp-avg-sq-dtype; master weights stay fp32)")
       ->capture_default_str();
+  app.add_option("--cuda-graph-scope", o.cuda_graph_scope,
+                 "parts of each layer captured as CUDA graphs (Megatron-Core's --cuda-graph-impl transformer_engine "
+                 "--cuda-graph-scope): none, or a list of attn, mlp, moe_router, moe_preprocess; priced on the host "
+                 "side where the topology has a host section")
+      ->capture_default_str();
   app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
 }
 
@@ -170,6 +175,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.shared_expert_overlap = k.shared_expert_overlap;
   c.moe_dispatcher = parse_moe_dispatcher(k.moe_dispatcher);
   c.adam_moments = parse_adam_moments(k.adam_moments);
+  c.cuda_graph_scopes = parse_cuda_graph_scopes(k.cuda_graph_scope);
   c.layout = parse_layout(k.layout);
   const std::string why = config_violation(c, model);
   if (!why.empty()) {
@@ -473,6 +479,12 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
                                  fixed(t.device.memory_bandwidth_gbs, 0) + " GB/s"});
   table.add_row({"  links", fixed(t.intra.bandwidth_gbs, 0) + " GB/s intra-node, " + fixed(t.inter.bandwidth_gbs, 0) +
                                 " GB/s per node across nodes"});
+  if (t.is_gpu())
+    table.add_row({"  host", t.host.framework_op_us > 0
+                                 ? t.host.cpu + ", " + fixed(t.host.framework_op_us, 1) +
+                                       " us per framework call (eager launches priced: phase host_launch)"
+                                 : std::string("not priced (the topology has no host section: launches never hold the "
+                                               "GPU back)")});
   table.add_row({"cluster", std::to_string(o.gpus) + " devices on " + std::to_string(nodes) + " nodes of " +
                                 std::to_string(t.devices_per_node) +
                                 (o.gpus_per_node > 0 ? " (--gpus-per-node)" : "") +

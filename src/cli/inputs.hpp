@@ -48,6 +48,7 @@ struct ConfigOptions {
   bool shared_expert_overlap = false;
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
+  std::string cuda_graph_scope = "none";
   std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
   std::string recompute_modules = "core_attn";
   std::string pipeline_layout;

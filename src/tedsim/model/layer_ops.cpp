@@ -37,14 +37,32 @@ void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, st
   op.flops = shape.flops();
   op.gemm = shape;
   op.module = module_;
+  op.graph_scope = graph_scope_;
   op.seconds = profile_.gemm_seconds(shape);
   const Fp8Quantize q = profile_.fp8_quantize();
   if (dtype_ == Dtype::fp8 && input != Input::unquantized && q.priced()) {
     const bool after_norm = input == Input::norm;
     op.quantize_bytes = q.bytes(after_norm) * double(m) * double(k) * double(batch);
     op.seconds += fp8_quantize_seconds(profile_, q, double(m) * double(k), double(batch), after_norm);
+    op.host_calls += double(batch);  // the quantizer's call (per expert in a grouped GEMM: below)
   }
   block_.add(op);
+}
+
+void BlockBuilder::grouped_gemm(const char* name, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t experts) {
+  add_gemm(name, rows, n, k, experts, Phase::compute, Input::other);
+  // add_gemm counted one GEMM call and each expert's quantization: the other experts' GEMMs and the
+  // grouped call's own come on top.
+  block_.ops[block_.count - 1].host_calls += double(experts) * kGroupedLinearCallsPerExpert - 1.0 + kGroupedLinearCallsPerCall;
+}
+
+void BlockBuilder::host_calls_at(int index, double calls) { block_.ops[index].host_calls = calls; }
+
+void BlockBuilder::host_calls_of_last(double calls, bool sync, bool forward_only) {
+  Op& op = block_.ops[block_.count - 1];
+  op.host_calls = calls;
+  op.host_sync = sync;
+  op.forward_only = forward_only;
 }
 
 void BlockBuilder::kernel(const char* name, KernelKind kind, double bytes, Phase phase) {
@@ -55,6 +73,7 @@ void BlockBuilder::kernel(const char* name, KernelKind kind, double bytes, Phase
   op.kernel = kind;
   op.gemm.dtype = storage_dtype(dtype_);
   op.module = module_;
+  op.graph_scope = graph_scope_;
   op.seconds = profile_.kernel_seconds(kind, bytes, storage_dtype(dtype_));
   block_.add(op);
 }
@@ -70,6 +89,7 @@ bool BlockBuilder::attention_core(const char* name, AttentionKernel kernel, cons
   op.attention_kernel = kernel;
   op.attention_window = shape.window;
   op.module = module_;
+  op.graph_scope = graph_scope_;
   op.seconds = seconds;
   block_.add(op);
   return true;
@@ -86,6 +106,7 @@ void BlockBuilder::collective(const char* name, CollectiveOp which, GroupKind gr
   op.collective = which;
   op.group = group;
   op.module = module_;
+  op.graph_scope = graph_scope_;
   op.seconds = set.seconds(profile_, which, bytes);
   block_.add(op);
 }
@@ -182,6 +203,7 @@ double residual_bytes(const LayerDims& d) {
 }  // namespace
 
 void attention_forward(BlockBuilder& x, const LayerDims& d) {
+  x.set_graph_scope(kGraphAttn);
   x.set_module(kRecomputeLayernorm);
   x.kernel("layernorm_attn", KernelKind::layernorm, 2.0 * d.T_local * d.h * d.B);
   x.set_module(0);
@@ -218,7 +240,8 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     // A fused kernel (Transformer Engine's flash / cuDNN attention) reads q, k, v in the
     // projection's [s, b, heads, d] layout and writes the context in it: no layout copies, and
     // its dropout is fused too.
-    if (!x.attention_core("attn_core", AttentionKernel::flash, core))
+    if (x.attention_core("attn_core", AttentionKernel::flash, core)) x.host_calls_of_last(kFusedAttentionCalls);
+    else
       throw InputError("--attention-kernel flash: the profile (" + x.profile_description() +
                        ") has no measured flash-attention rates; use --attention-kernel unfused, or a topology "
                        "with an efficiency.attention block");
@@ -244,12 +267,23 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.v_head_dim);
   tp_block_exit(x, d, "tp_allreduce_attn", "sp_reducescatter_attn");
   x.kernel("residual_attn", KernelKind::elementwise, residual_bytes(d));
+  x.set_graph_scope(0);
+}
+
+namespace {
+
+// The norm before the MLP or MoE half of a layer (captured with the router or the MLP).
+void pre_mlp_layernorm(BlockBuilder& x, const LayerDims& d) {
   x.set_module(kRecomputeLayernorm);
   x.kernel("layernorm_mlp", KernelKind::layernorm, 2.0 * d.T_local * d.h * d.B);
   x.set_module(0);
 }
 
+}  // namespace
+
 void dense_mlp_forward(BlockBuilder& x, const LayerDims& d) {
+  x.set_graph_scope(kGraphMlp);
+  pre_mlp_layernorm(x, d);
   x.set_module(kRecomputeMlp);
   tp_block_entry(x, d, "sp_allgather_mlp");
   x.norm_gemm("mlp_fc1", d.T, d.fc1_factor * d.ffn_local_dense, d.h);
@@ -258,6 +292,7 @@ void dense_mlp_forward(BlockBuilder& x, const LayerDims& d) {
   tp_block_exit(x, d, "tp_allreduce_mlp", "sp_reducescatter_mlp");
   x.set_module(0);
   x.kernel("residual_mlp", KernelKind::elementwise, residual_bytes(d));
+  x.set_graph_scope(0);
 }
 
 namespace {
@@ -301,13 +336,24 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   const double slots = E * double(s.capacity);
   const double kept = std::min(double(m.moe.top_k) * double(router_tokens), slots);
   const bool dtd_split = c.dtd && s.t > 1 && !d.sp;
+  x.set_graph_scope(kGraphMoeRouter);
+  pre_mlp_layernorm(x, d);
   x.set_module(kRecomputeMoe);
   x.core_gemm("gate", router_tokens, m.moe.experts, d.h, 1);
   x.kernel("gating", KernelKind::gating, gating_bytes(m, router_tokens));
+  x.host_calls_of_last(m.moe.router == Router::sigmoid ? kSigmoidRouterCalls : kSoftmaxRouterCalls);
+  // The dispatcher's metadata (tokens per expert and rank, split sizes) from the routing map, read
+  // back to the host, which waits for it (host_launch.hpp).
+  const bool flex = c.moe_dispatcher == MoeDispatcher::flex;
+  x.set_graph_scope(kGraphMoePreprocess);
+  x.kernel("moe_preprocess", KernelKind::gating, double(router_tokens) * E);
+  x.host_calls_of_last(flex ? kFlexPreprocessCalls : kAlltoallPreprocessCalls, /*sync=*/true, /*forward_only=*/true);
+  x.set_graph_scope(0);
   const int shared_first = x.size();
   if (d.shared_local > 0) shared_experts_forward(x, d, m);
   const double shared_seconds = x.seconds_since(shared_first);
   x.kernel("dispatch", KernelKind::dispatch, (kept + slots) * h * B);
+  if (!flex) x.host_calls_of_last(kAlltoallPermuteCalls);
   const double a2a_bytes = E * double(s.capacity_a2a) * h * B;
   // DTD: each tensor rank sends its 1/t slice of every expert's capacity (copied out of the
   // dispatch buffer), and the combine's gather is copied back into place.
@@ -317,6 +363,7 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   // 2edffadb, megatron/core/transformer/moe/fused_a2a.py); the experts' grouped linear quantizes
   // the tokens after the permutation. DeepEP's own FP8 dispatch is not what these runs use.
   const int dispatch_a2a = x.expert_all_to_all_at("ep_alltoall_dispatch", c.moe_dispatcher, m.moe, a2a_bytes);
+  if (dispatch_a2a >= 0 && !flex) x.host_calls_at(dispatch_a2a, kAlltoallDispatchCalls);
   // The tokens every tensor rank's experts see: all t ranks' after the gather.
   const double gathered_slots = d.sp ? double(s.t) * slots : slots;
   if (c.expert_tp && (dtd_split || d.sp))
@@ -330,14 +377,17 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   const int sources = s.e * (c.expert_tp && (dtd_split || d.sp) ? s.t : 1);  // ranks whose tokens arrive
   const bool regroup = sources > 1 && s.local_experts > 1;
   const double received_bytes = double(rows) * s.local_experts * h * B;
-  if (regroup) x.kernel("expert_major_layout", KernelKind::elementwise, 2.0 * received_bytes);
+  if (regroup) {
+    x.kernel("expert_major_layout", KernelKind::elementwise, 2.0 * received_bytes);
+    x.host_calls_of_last(kChunkSortCalls);
+  }
   const std::int64_t fc1_out = d.fc1_factor * s.ffn_local;
-  x.gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
+  x.grouped_gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
   x.set_module(kRecomputeMoe | kRecomputeMoeAct);
   x.kernel("expert_activation", KernelKind::activation,
            double(d.fc1_factor + 1) * double(rows) * s.local_experts * s.ffn_local * B);
   x.set_module(kRecomputeMoe);
-  x.gemm("expert_fc2", rows, d.h, s.ffn_local, s.local_experts);
+  x.grouped_gemm("expert_fc2", rows, d.h, s.ffn_local, s.local_experts);
   if (c.expert_tp) {
     const double out_bytes = double(rows) * s.local_experts * h * B;
     if (d.sp)
@@ -345,7 +395,10 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
     else
       x.collective("tp_allreduce_expert", CollectiveOp::all_reduce, GroupKind::tensor, out_bytes, Phase::tp_allreduce);
   }
-  if (regroup) x.kernel("expert_major_unlayout", KernelKind::elementwise, 2.0 * received_bytes);
+  if (regroup) {
+    x.kernel("expert_major_unlayout", KernelKind::elementwise, 2.0 * received_bytes);
+    x.host_calls_of_last(kChunkUnsortCalls);
+  }
   const int combine_a2a = x.expert_all_to_all_at("ep_alltoall_combine", c.moe_dispatcher, m.moe, a2a_bytes);
   if (c.shared_expert_overlap && shared_seconds > 0) x.hide_behind(shared_seconds, {dispatch_a2a, combine_a2a});
   if (dtd_split) {

@@ -28,12 +28,46 @@ namespace tedsim {
 // GEMM's experts: one per expert), each its own kernels: the maximum's pass (unless a norm fused
 // it), the cast, the scalar kernels.
 double fp8_quantize_seconds(const Profile& profile, const Fp8Quantize& q, double elements, double tensors, bool after_norm);
+// Host calls (model/host_launch.hpp) of the framework's ops, as Megatron-Core 2edffadb (the pin of
+// Megatron-Bridge v0.4.2) with Transformer Engine v2.14.1 issues them in eager mode, counted line
+// by line: every call that launches a kernel, a collective or a device-to-host copy. Allocations
+// from the caching allocator and event calls are not counted. Where an op of tedsim's stands for
+// several of the framework's kernels, it carries their count:
+// - a linear layer in FP8 quantizes its input in its own call (TE's quantizer) before its GEMM;
+// - GroupedLinear (experts/TEGroupedMLP) issues one cuBLASLt GEMM per local expert from C++, each
+//   with its own heuristic query (te_general_grouped_gemm -> multi_stream_cublas_gemm), plus its
+//   output allocation and split; in FP8, split_quantize quantizes each expert's slice on its own;
+inline constexpr double kGroupedLinearCallsPerExpert = 1.0;
+inline constexpr double kGroupedLinearCallsPerCall = 1.0;
+// - the fused router after the gate GEMM: the fused top-k kernel, and the auxiliary loss's five
+//   (scores, token counts, fused loss, scaling, tracker); the sigmoid router's sequence-level
+//   auxiliary loss and expert-bias update make it eight (router.py, moe_utils.py);
+inline constexpr double kSoftmaxRouterCalls = 6.0;
+inline constexpr double kSigmoidRouterCalls = 8.0;
+// - the alltoall dispatcher's preprocessing: 7 count kernels, the all-gather of the counts and 4
+//   device-to-host copies, then the host blocks on them (token_dispatcher.py:471-592, :867-904);
+//   its permutation is 4 Triton kernels, the all-to-all sends tokens and probabilities (2 calls),
+//   each chunk sort 2 kernels, and the combine's unsort 3 (a transposed copy, then the sort);
+inline constexpr double kAlltoallPreprocessCalls = 12.0;
+inline constexpr double kAlltoallPermuteCalls = 4.0;
+inline constexpr double kAlltoallDispatchCalls = 2.0;
+inline constexpr double kChunkSortCalls = 2.0;
+inline constexpr double kChunkUnsortCalls = 3.0;
+// - HybridEP (the flex dispatcher): the routing map's all-gather, the preprocessing, permute
+//   preprocessing and padding kernels, then a stream synchronisation because dropless training
+//   gives it no token count (fused_a2a.py:403-405; hybrid_ep executor.cu:181-183); dispatch and
+//   combine each fuse the permutation (2 kernels each).
+inline constexpr double kFlexPreprocessCalls = 4.0;
+// - the cuDNN fused attention call with its layout calls.
+inline constexpr double kFusedAttentionCalls = 3.0;
 
 class BlockBuilder {
  public:
   BlockBuilder(Block& block, const Profile& profile, const GroupSpans& spans, Dtype dtype)
       : block_(block), profile_(profile), spans_(spans), dtype_(dtype) {}
   void set_module(std::uint8_t module) { module_ = module; }
+  // The CUDA-graph scope (CudaGraphScope bit) of the ops added from now on; 0: none.
+  void set_graph_scope(std::uint8_t scope) { graph_scope_ = scope; }
   // A linear layer's GEMM [m,k] x [k,n]; in FP8 training its input is quantized first.
   void gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch = 1,
             Phase phase = Phase::compute);
@@ -44,6 +78,13 @@ class BlockBuilder {
   // batched products, the router's gate and the output layer (Megatron-Core runs neither under
   // Transformer Engine's FP8).
   void core_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch);
+  // The local experts' GEMMs [rows,k] x [k,n], one per expert, as one grouped op (Transformer
+  // Engine's GroupedLinear: the experts' GEMMs and their quantization are launched one by one).
+  void grouped_gemm(const char* name, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t experts);
+  // The last op added takes this many framework calls on the host (the kernels it stands for),
+  // and with `sync` the host then waits for it to finish; `forward_only`: no backward twin.
+  void host_calls_of_last(double calls, bool sync = false, bool forward_only = false);
+  void host_calls_at(int index, double calls);  // the op at `index` (from a *_at method) takes `calls`
   void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute);
   // The attention core as one kernel priced from the profile's measured rates; false (nothing
   // added) where the profile has none for this kernel.
@@ -69,6 +110,7 @@ class BlockBuilder {
                 Input input);
   Dtype dtype_;
   std::uint8_t module_ = 0;
+  std::uint8_t graph_scope_ = 0;
 };
 
 struct LayerDims {

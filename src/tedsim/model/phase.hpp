@@ -18,6 +18,7 @@ enum class Phase : std::uint8_t {
   other,         // embedding lookup, final norm, loss
   pp_bubble,     // a pipeline stage idle, waiting on a neighbour's compute
   pp_p2p,        // a pipeline stage idle, waiting on an activation or gradient in flight
+  host_launch,   // the compute stream idle, waiting on the host (CPU) to launch its next kernel
   count
 };
 inline constexpr int kPhaseCount = int(Phase::count);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tedsim/model/host_launch.hpp"
 #include "tedsim/model/layer_ops.hpp"
 
 namespace tedsim {
@@ -20,6 +21,7 @@ const char* to_string(Phase p) {
     case Phase::other: return "other";
     case Phase::pp_bubble: return "pp_bubble";
     case Phase::pp_p2p: return "pp_p2p";
+    case Phase::host_launch: return "host_launch";
     case Phase::count: break;
   }
   return "?";
@@ -114,8 +116,10 @@ const char* sp_backward_name(const char* forward) {
 void mirror_backward(const Block& forward, Block& backward, const Profile& profile, const GroupSpans& spans) {
   for (int i = forward.count - 1; i >= 0; --i) {
     const Op& f = forward.ops[i];
+    if (f.forward_only) continue;
     if (f.is_collective) {
       Op b = f;
+      b.host_sync = false;  // backward reuses the forward's sizes: nothing to read back
       const bool sp = std::strncmp(f.name, "sp_", 3) == 0;
       if (sp && (f.collective == CollectiveOp::all_gather || f.collective == CollectiveOp::reduce_scatter)) {
         b.name = sp_backward_name(f.name);
@@ -135,6 +139,7 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       // Y[m,n] = X[m,k] W[k,n]: dX[m,k] = dY[m,n] W^T (shape m,k,n); dW[k,n] = X^T dY (shape k,n,m).
       const GemmShape& g = f.gemm;
       Op dgrad = f, wgrad = f;
+      dgrad.host_sync = wgrad.host_sync = false;
       dgrad.gemm = GemmShape{g.m, g.k, g.n, g.batch, g.dtype};
       wgrad.gemm = GemmShape{g.k, g.n, g.m, g.batch, g.dtype};
       dgrad.seconds = profile.gemm_seconds(dgrad.gemm);
@@ -162,6 +167,7 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       backward.add(wgrad);
     } else {
       Op grad = f;
+      grad.host_sync = false;
       grad.bytes = 2.0 * f.bytes;
       grad.seconds = profile.kernel_seconds(f.kernel, grad.bytes, f.gemm.dtype);
       backward.add(grad);
@@ -226,6 +232,8 @@ void finish_layer(LayerBlocks& layer, const Workload& w, const Profile& profile,
   if (c.recompute != Recompute::none) recompute_from(layer.forward, layer.recompute, c);
   mirror_backward(layer.forward, layer.backward, profile, spans);
   if (c.zero >= 3) add_zero3_collectives(layer, w, spans, profile, c.zero3_prefetch);
+  add_host_launch_wait(layer.forward, profile.host_op_seconds(), c.cuda_graph_scopes);
+  add_host_launch_wait(layer.recompute, layer.backward, profile.host_op_seconds(), c.cuda_graph_scopes);
 }
 
 double adam_seconds(const Profile& profile, double params, double bytes_per_param) {
@@ -364,6 +372,8 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
     head_backward(hb, d, m, s);
     BlockBuilder eb(w.embedding_backward, profile, spans, s.dtype);
     embedding_backward(eb, d);
+    for (Block* b : {&w.embedding_forward, &w.head_forward, &w.head_backward, &w.embedding_backward})
+      add_host_launch_wait(*b, profile.host_op_seconds(), c.cuda_graph_scopes);
   }
   if (s.p > 1) {
     w.p2p_bytes = double(d.T_local) * d.h * d.B;

@@ -17,6 +17,7 @@ class AnalyticProfile final : public Profile {
   // From the topology's measured attention rates (efficiency.attention); -1 without them.
   double attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& shape) const override;
   Fp8Quantize fp8_quantize() const override { return fp8_quantize_bytes(topo_.device.fp8_recipe); }
+  double host_op_seconds() const override { return topo_.host.framework_op_us * 1e-6; }
   std::string describe() const override;
 
  private:

@@ -149,6 +149,8 @@ class MeasuredProfile final : public Profile {
   double p2p_seconds(const GroupSpan& span, double bytes) const override;
   double arrival_wait_seconds(const GroupSpan& span, double compute_since_sync_s) const override;
   Fp8Quantize fp8_quantize() const override { return fallback_.fp8_quantize(); }
+  // Calibration times kernels from C++, not the framework's host path: the topology's figure.
+  double host_op_seconds() const override { return fallback_.host_op_seconds(); }
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }

@@ -153,6 +153,9 @@ class Profile {
   // The quantization kernels around FP8 GEMMs on this device; none priced by default (a measured
   // profile's device has no FP8 of its own: it defers to its fallback topology).
   virtual Fp8Quantize fp8_quantize() const { return {}; }
+  // Host seconds the training framework spends per call that launches device work (eager PyTorch
+  // with Transformer Engine, on the machine's CPU); 0: the host never holds a stream back.
+  virtual double host_op_seconds() const { return 0; }
   virtual std::string describe() const = 0;
 };
 

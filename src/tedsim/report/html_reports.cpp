@@ -23,7 +23,7 @@ constexpr std::size_t kMaxTimelineEvents = 20000;
 
 // The cost model's phases and memory parts in their order: each keeps one colour on every chart.
 const std::vector<std::string> kPhases = {"compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync",
-                                          "optimizer", "other", "pp_bubble", "pp_p2p"};
+                                          "optimizer", "other", "pp_bubble", "pp_p2p", "host_launch"};
 const std::vector<std::string> kMemoryParts = {"weights", "grads", "optimizer", "activations", "moe_buffers",
                                                "cac_stash", "pipeline_buffers", "optimizer_spike"};
 
@@ -58,6 +58,7 @@ std::string plan_name(const json& c) {
   if (c.value("expert_tp", false)) s += " etp";
   if (c.value("moe_dispatcher", std::string("alltoall")) == "flex") s += " flex";
   if (c.value("adam_moments", std::string("fp32")) == "bf16") s += " m16";
+  if (const std::string cg = c.value("cuda_graph_scope", std::string("none")); cg != "none") s += " cg(" + cg + ")";
   s += " " + text(c, "layout");
   return s;
 }

@@ -119,6 +119,13 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
     a.flag("--exp-avg-dtype", "bf16");
     a.flag("--exp-avg-sq-dtype", "bf16");
   }
+  if (c.cuda_graph_scopes != 0) {
+    std::string scopes = cuda_graph_scopes_text(c.cuda_graph_scopes);
+    for (char& ch : scopes)
+      if (ch == ',') ch = ' ';
+    a.flag("--cuda-graph-impl", "transformer_engine", "per-layer graphs, as tedsim priced them on the host");
+    a.flag("--cuda-graph-scope", scopes);
+  }
   if (c.zero == 3) {
     a.flag("--use-megatron-fsdp", "", "ZeRO-3: parameters sharded too");
     a.flag("--data-parallel-sharding-strategy", "optim_grads_params");

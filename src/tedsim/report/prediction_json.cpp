@@ -31,6 +31,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"tiled_optimizer", c.tiled_optimizer},
           {"moe_dispatcher", to_string(c.moe_dispatcher)},
           {"adam_moments", to_string(c.adam_moments)},
+          {"cuda_graph_scope", cuda_graph_scopes_text(c.cuda_graph_scopes)},
           {"layout", to_string(c.layout)}};
 }
 

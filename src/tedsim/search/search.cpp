@@ -83,6 +83,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             c.shared_expert_overlap = space.shared_expert_overlap && m.moe.shared_experts > 0;
                             c.moe_dispatcher = space.moe_dispatcher;
                             c.adam_moments = space.adam_moments;
+                            c.cuda_graph_scopes = space.cuda_graph_scopes;
                             c.layout = layout;
                             if (config_is_valid(c, m)) configs.push_back(c);
                           }

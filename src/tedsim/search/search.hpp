@@ -25,6 +25,7 @@ struct SearchSpace {
   bool shared_expert_overlap = true;
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  // every plan's (--moe-dispatcher)
   Dtype adam_moments = Dtype::fp32;                        // every plan's (--adam-moments)
+  std::uint8_t cuda_graph_scopes = 0;                      // every plan's (--cuda-graph-scope)
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };
 

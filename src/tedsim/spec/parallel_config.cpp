@@ -81,6 +81,7 @@ std::string ParallelConfig::describe() const {
   if (shared_expert_overlap) text += " seo";
   if (moe_dispatcher == MoeDispatcher::flex) text += " flex";
   if (adam_moments != Dtype::fp32) text += " m16";
+  if (cuda_graph_scopes != 0) text += " cg(" + cuda_graph_scopes_text(cuda_graph_scopes) + ")";
   text += layout == RankLayout::ted ? " ted" : " dbe";
   return text;
 }

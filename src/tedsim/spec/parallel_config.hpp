@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tedsim/core/units.hpp"
+#include "tedsim/spec/cuda_graph_scope.hpp"
 #include "tedsim/spec/rank_layout.hpp"
 #include "tedsim/spec/recompute.hpp"
 
@@ -47,6 +48,9 @@ struct ParallelConfig {
   // --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe runs); the master
   // weights stay fp32 either way.
   Dtype adam_moments = Dtype::fp32;
+  // Parts of each layer captured as CUDA graphs (CudaGraphScope bits; 0: every kernel launched
+  // eagerly by the framework, one host call each).
+  std::uint8_t cuda_graph_scopes = 0;
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage

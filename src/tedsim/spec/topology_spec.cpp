@@ -115,6 +115,13 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
   }
   if (eff.has("attention")) t.attention = read_attention(eff.child("attention"));
   eff.reject_unknown_keys();
+  if (root.has("host")) {
+    const YamlMap host = root.child("host");
+    if (!t.is_gpu()) host.fail("cpu", "a host section describes the CPU that launches a GPU's kernels; this device is a CPU");
+    t.host.cpu = host.text("cpu");
+    t.host.framework_op_us = host.positive_number("framework_op_us");
+    host.reject_unknown_keys();
+  }
   if (root.has("published_error")) {
     const YamlMap pub = root.child("published_error");
     t.published.rows = int(pub.positive_integer("rows"));

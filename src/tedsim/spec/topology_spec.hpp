@@ -53,6 +53,14 @@ struct AttentionRates {
   bool has_unfused() const { return !unfused[0].empty() || !unfused[1].empty(); }
 };
 
+// The host CPU that drives each GPU (optional): how long the training framework (PyTorch with
+// Transformer Engine, eager) spends on the host per call that launches device work. A stream the
+// host cannot keep fed waits on it (model/host_launch.hpp). 0: launches are free on the host.
+struct HostSpec {
+  std::string cpu;
+  double framework_op_us = 0;
+};
+
 struct TopologySpec {
   std::string name;
   std::string source;
@@ -70,6 +78,7 @@ struct TopologySpec {
   Curve fp8_gemm_scale_by_flops;
   AttentionRates attention;           // optional `efficiency.attention` block
   PublishedError published;           // optional `published_error` block
+  HostSpec host;                      // optional `host` block (GPU topologies)
 
   bool is_gpu() const { return device.kind == "gpu"; }
 };
