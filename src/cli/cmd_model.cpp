@@ -85,6 +85,8 @@ nlohmann::json summary_json(const ModelSpec& m, const ModelSummary& s, int seq) 
   }
   j["total_params"] = s.total_params;
   j["active_params"] = s.active_params;
+  j["mtp_layers"] = m.mtp_layers;
+  j["mtp_params"] = m.mtp_nonexpert_params() + m.mtp_expert_params();  // beside total_params, not in it
   j["active_params_without_input_embedding"] = s.active_params_without_input_embedding;
   j["embedding_params"] = s.embedding_params;
   j["forward_flops_per_token"] = s.forward_flops_per_token;
@@ -125,6 +127,10 @@ int run_model_show(const ModelShowOptions& o) {
                                                   std::to_string(m.moe.min_capacity)});
   }
   t.add_row({"total params", billions(s.total_params)});
+  if (m.mtp_layers > 0)
+    t.add_row({"mtp", std::to_string(m.mtp_layers) + " multi-token-prediction module(s), " +
+                          billions(m.mtp_nonexpert_params() + m.mtp_expert_params()) +
+                          " params beside the total (eh_proj, norms and a layer each; priced on the last stage)"});
   t.add_row({"active params", billions(s.active_params) + " per token (" + billions(s.active_params_without_input_embedding) +
                                   " without the input embedding)"});
   t.add_row({"forward FLOPs", fixed(s.forward_flops_per_token / 1e9, 2) + " GFLOP per token at seq " + std::to_string(seq)});

@@ -102,8 +102,11 @@ TEST(ModelImport, ReadsTheRoutingAndLayerPatternsEachArchitectureDeclares) {
   EXPECT_TRUE(ds.is_mla());
   EXPECT_TRUE(ds.moe.dropless());
   EXPECT_EQ(ds.seq_len, kHfDefaultSeqLen);
-  ASSERT_EQ(ds.approximations.size(), 1u);  // the MTP layer
-  EXPECT_NE(ds.approximations[0].find("num_nextn_predict_layers"), std::string::npos);
+  EXPECT_TRUE(ds.approximations.empty());
+  EXPECT_EQ(ds.mtp_layers, 1);  // num_nextn_predict_layers
+  // The MTP module beside the 671B: eh_proj 2h^2, three RMSNorms, an MoE layer (~11.6B; the
+  // report's 14B also counts the module's copies of the shared embedding and output head).
+  EXPECT_NEAR(ds.mtp_nonexpert_params() + ds.mtp_expert_params() + 2.0 * ds.vocab * ds.hidden, 14e9, 0.6e9);
 
   const ModelSpec mixtral = test::model("hf/mixtral-8x7b");
   EXPECT_EQ(mixtral.moe.router, Router::topk_softmax);

@@ -441,6 +441,19 @@ void head_backward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, cons
   x.kernel("final_layernorm_bwd", KernelKind::layernorm, 4.0 * double(d.T_local) * h * B, Phase::other);
 }
 
+void mtp_entry_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s) {
+  const double h = double(d.h), B = d.B, T_local = double(d.T_local);
+  embedding_forward(x, d);
+  x.kernel("mtp_enorm", KernelKind::layernorm, 2.0 * T_local * h * B);
+  x.kernel("mtp_hnorm", KernelKind::layernorm, 2.0 * T_local * h * B);
+  x.kernel("mtp_concat", KernelKind::elementwise, 4.0 * T_local * h * B);
+  // eh_proj is column-parallel: with SP its input is gathered first; its output's slices are
+  // gathered back to whole hidden states for the layer.
+  tp_block_entry(x, d, "sp_allgather_mtp");
+  x.gemm("mtp_eh_proj", d.T, d.h / s.t, 2 * d.h);
+  x.collective("tp_allgather_mtp", CollectiveOp::all_gather, GroupKind::tensor, double(d.T) * h * B, Phase::tp_allgather);
+}
+
 void embedding_backward(BlockBuilder& x, const LayerDims& d) {
   const double T = double(d.T), h = double(d.h), B = d.B;
   if (d.sp) x.collective("sp_allgather_embedding_bwd", CollectiveOp::all_gather, GroupKind::tensor, T * h * B, Phase::tp_allgather);

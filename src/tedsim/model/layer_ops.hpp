@@ -139,5 +139,9 @@ void embedding_forward(BlockBuilder& x, const LayerDims& d);
 void head_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const StepShape& s);
 void head_backward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const StepShape& s);
 void embedding_backward(BlockBuilder& x, const LayerDims& d);
+// A multi-token-prediction module's entry (Megatron-Core's MultiTokenPredictionLayer up to its
+// transformer layer): the next tokens' embedding, the norms of it and of the hidden state, their
+// concatenation projected back to h by eh_proj.
+void mtp_entry_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s);
 
 }  // namespace tedsim

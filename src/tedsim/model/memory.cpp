@@ -123,6 +123,11 @@ StageParams stage_params(const ModelSpec& m, const Workload& w, const StageMap& 
     }
     if (c.embedding) p.nonexpert += w.embedding_grad_elems;
     if (c.head) p.nonexpert += w.head_grad_elems;
+    if (c.mtp_layers > 0) {  // each module: its entry and a layer of the last layer's kind
+      const LayerBlocks& l = w.layer_blocks(m, m.layers - 1);
+      p.nonexpert += c.mtp_layers * (w.mtp_grad_elems + l.nonexpert_grad_elems);
+      p.expert += c.mtp_layers * l.expert_grad_elems;
+    }
   }
   return p;
 }
@@ -165,7 +170,9 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
     for (int v = 0; v < map.vpp; ++v) {
       const ModelChunk& chunk = map.chunk(stage, v);
       double bytes = 0, stash = 0;
-      for (int layer = chunk.first_layer; layer < chunk.first_layer + chunk.layers; ++layer) {
+      // The multi-token-prediction modules' layers (of the last layer's kind) keep theirs too.
+      for (int i = 0; i < chunk.layers + chunk.mtp_layers; ++i) {
+        const int layer = i < chunk.layers ? chunk.first_layer + i : m.layers - 1;
         const bool moe = m.is_moe_layer(layer);
         has_moe |= moe;
         if (c.full_recompute()) {
@@ -207,7 +214,7 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
 
 MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, const Workload& w,
                                 const TopologySpec& topology) {
-  return estimate_memory(m, c, w, topology, build_stage_map(m.layers, c.pp, c.vpp, c.pipeline_layout));
+  return estimate_memory(m, c, w, topology, build_stage_map(m.layers, c.pp, c.vpp, c.pipeline_layout, m.mtp_layers));
 }
 
 }  // namespace tedsim

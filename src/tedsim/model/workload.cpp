@@ -307,7 +307,10 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
                          const GroupSpans& spans) {
   // Every field is set below or cleared here: `w` may hold another configuration's workload.
   for (LayerBlocks* l : {&w.dense, &w.moe, &w.dense_window, &w.moe_window}) l->clear();
-  for (Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward}) b->clear();
+  for (Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward, &w.mtp_forward,
+                   &w.mtp_backward})
+    b->clear();
+  w.mtp_grad_elems = 0;
   w.p2p_bytes = w.p2p_seconds = w.tied_embedding_sync_seconds = 0;
   w.profile = &profile;
   w.spans = spans;
@@ -375,6 +378,15 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
     for (Block* b : {&w.embedding_forward, &w.head_forward, &w.head_backward, &w.embedding_backward})
       add_host_launch_wait(*b, profile.host_op_seconds(), c.cuda_graph_scopes);
   }
+  if (m.mtp_layers > 0) {
+    BlockBuilder mf(w.mtp_forward, profile, spans, s.dtype);
+    mtp_entry_forward(mf, d, s);
+    mirror_backward(w.mtp_forward, w.mtp_backward, profile, spans);
+    for (Block* b : {&w.mtp_forward, &w.mtp_backward}) add_host_launch_wait(*b, profile.host_op_seconds(), c.cuda_graph_scopes);
+    // eh_proj (split over the tensor group) and the module's three norms; the embedding and the
+    // output layer are the model's own.
+    w.mtp_grad_elems = 2.0 * double(m.hidden) * m.hidden / t + 3.0 * m.norm_params() / t;
+  }
   if (s.p > 1) {
     w.p2p_bytes = double(d.T_local) * d.h * d.B;
     w.p2p_seconds = profile.p2p_seconds(spans.p2p, w.p2p_bytes);
@@ -420,6 +432,15 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
                                                       : 0.0;
   w.model_flops_per_microbatch = dense_layers * pass_flops(w.dense, false) +
                                  moe_layers * (pass_flops(w.moe, false) - moe_duplicates - imbalance_excess) + head;
+  if (m.mtp_layers > 0) {
+    // Each module: its entry, a layer of the last layer's kind, the shared head and its loss.
+    const bool moe_last = m.is_moe_layer(m.layers - 1);
+    const LayerBlocks& last = moe_last ? w.moe : w.dense;
+    const double module = w.mtp_forward.flops + w.mtp_backward.flops + w.head_forward.flops + w.head_backward.flops;
+    w.flops_per_microbatch += m.mtp_layers * (pass_flops(last, true) + module);
+    w.model_flops_per_microbatch +=
+        m.mtp_layers * (pass_flops(last, false) - (moe_last ? moe_duplicates + imbalance_excess : 0.0) + module);
+  }
 }
 
 }  // namespace tedsim

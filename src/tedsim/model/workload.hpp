@@ -112,10 +112,15 @@ struct Workload {
   bool windowed = false;
   Block embedding_forward, embedding_backward;  // first stage
   Block head_forward, head_backward;            // last stage: final norm, LM head, loss
+  // Multi-token prediction (ModelSpec::mtp_layers), with the head: each module's entry (the next
+  // tokens' embedding lookup, two norms, eh_proj), then a layer of the last layer's kind and
+  // head_forward / head_backward again.
+  Block mtp_forward, mtp_backward;
+  double mtp_grad_elems = 0;  // one module's entry: eh_proj and its norms, this rank's share
   // Every block above, for code that looks at all of the step's ops.
-  std::array<const Block*, 10> blocks() const {
-    return {&dense.forward, &dense.recompute, &dense.backward, &moe.forward,        &moe.recompute,
-            &moe.backward,  &embedding_forward, &embedding_backward, &head_forward, &head_backward};
+  std::array<const Block*, 12> blocks() const {
+    return {&dense.forward,      &dense.recompute,    &dense.backward, &moe.forward,   &moe.recompute, &moe.backward,
+            &embedding_forward, &embedding_backward, &head_forward,   &head_backward, &mtp_forward,   &mtp_backward};
   }
   double embedding_grad_elems = 0;     // first stage, synced last (final after the lookup's backward)
   double head_grad_elems = 0;          // last stage: final norm, plus the LM head (untied, or the

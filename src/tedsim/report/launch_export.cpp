@@ -80,6 +80,7 @@ void model_shape(ArgList& a, const ModelSpec& m, int seq, bool megatron_core) {
   if (m.qkv_bias && !m.linear_bias) a.flag("--add-qkv-bias");
   if (m.activation == Activation::swiglu) a.flag("--swiglu");
   if (!m.tie_embeddings) a.flag("--untie-embeddings-and-output-weights");
+  if (m.mtp_layers > 0) a.flag("--mtp-num-layers", n(m.mtp_layers), "multi-token prediction, on the last pipeline stage");
   a.flag("--seq-length", n(seq));
   a.flag("--max-position-embeddings", n(seq));
   a.comment("vocabulary: your tokenizer's (tedsim planned with " + n(m.vocab) + ")");

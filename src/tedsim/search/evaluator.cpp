@@ -36,7 +36,7 @@ Prediction Evaluator::evaluate(const ParallelConfig& c, const Workload& w, Trace
                                double tokens_per_s_to_beat) const {
   Prediction p;
   p.config = c;
-  p.stage_map = build_stage_map(model_.layers, c.pp, c.vpp, c.pipeline_layout);
+  p.stage_map = build_stage_map(model_.layers, c.pp, c.vpp, c.pipeline_layout, model_.mtp_layers);
   p.memory = estimate_memory(model_, c, w, topology_, p.stage_map, skip_unfit ? nullptr : &p.stage_memory);
   if (skip_unfit && !p.memory.fits()) return p;
   if (tokens_per_s_to_beat > 0) {

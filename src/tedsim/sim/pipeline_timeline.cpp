@@ -80,6 +80,27 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
       }
       if (c.head) {
         forward(w.head_forward);
+        // Multi-token prediction after the loss: each module's entry, a layer of the last
+        // layer's kind and the shared head again; backward in reverse, before the main head's.
+        const LayerBlocks& last = w.layer_blocks(m, m.layers - 1);
+        for (int k = 0; k < c.mtp_layers; ++k) {
+          forward(w.mtp_forward);
+          forward(last.forward);
+          forward(w.head_forward);
+        }
+        for (int k = 0; k < c.mtp_layers; ++k) {
+          backward(w.head_backward);
+          backward(last.recompute);
+          backward(last.backward);
+          backward(w.mtp_backward);
+          cw.grads.push_back({cw.backward.seconds, last.nonexpert_grad_elems + w.mtp_grad_elems, last.expert_grad_elems});
+          sw.nonexpert_params += last.nonexpert_grad_elems + w.mtp_grad_elems;
+          sw.expert_params += last.expert_grad_elems;
+          if (m.is_moe_layer(m.layers - 1))
+            sw.expert_gemm_s += expert_gemm_seconds(last.forward) + expert_gemm_seconds(last.recompute) + expert_gemm_seconds(last.backward);
+          cw.zero3_hidden_fwd += last.zero3_hidden_forward_s;
+          cw.zero3_hidden_bwd += last.zero3_hidden_backward_s;
+        }
         backward(w.head_backward);
         cw.grads.push_back({cw.backward.seconds, w.head_grad_elems, 0.0});
         sw.nonexpert_params += w.head_grad_elems;
@@ -610,7 +631,7 @@ double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageM
 }
 
 SimResult simulate_iteration(const ModelSpec& m, const ParallelConfig& c, const Workload& w, TraceRecorder* trace) {
-  return simulate_iteration(m, c, w, build_stage_map(m.layers, c.pp, c.vpp, c.pipeline_layout), trace);
+  return simulate_iteration(m, c, w, build_stage_map(m.layers, c.pp, c.vpp, c.pipeline_layout, m.mtp_layers), trace);
 }
 
 }  // namespace tedsim

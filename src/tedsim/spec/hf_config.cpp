@@ -389,9 +389,7 @@ HfImport import_hf_config_text(const std::string& text, const std::string& path)
   read_activation(r, m);
   read_attention(r, family, m, out);
   if (is_moe_family(family)) read_moe(r, family, m);
-  if (const std::int64_t mtp = r.nonnegative("num_nextn_predict_layers", 0); mtp > 0)
-    out.approximated.push_back("num_nextn_predict_layers " + std::to_string(mtp) +
-                               ": the multi-token-prediction layers are not counted or costed (DeepSeek's 671B excludes them too)");
+  m.mtp_layers = int(r.nonnegative("num_nextn_predict_layers", 0));
   out.ignored = r.finish();
   m.ignored_keys = out.ignored;
   m.approximations = out.approximated;

@@ -107,6 +107,19 @@ double ModelSpec::expert_params() const {
   return double(moe_layers()) * double(moe.experts) * mlp_params(expert_ffn());
 }
 
+double ModelSpec::mtp_nonexpert_params() const {
+  if (mtp_layers == 0) return 0;
+  const bool moe_last = is_moe_layer(layers - 1);
+  const double layer = attention_params() + 2.0 * norm_params() +
+                       (moe_last ? router_params() + shared_expert_params() : mlp_params());
+  // eh_proj [2h, h], the norms of the embedding and of the hidden state, the module's final norm.
+  return double(mtp_layers) * (2.0 * double(hidden) * hidden + 3.0 * norm_params() + layer);
+}
+
+double ModelSpec::mtp_expert_params() const {
+  return mtp_layers > 0 && is_moe_layer(layers - 1) ? double(mtp_layers) * moe.experts * mlp_params(expert_ffn()) : 0.0;
+}
+
 double ModelSpec::active_params() const {
   return total_params() - double(moe_layers()) * double(moe.experts - moe.top_k) * mlp_params(expert_ffn());
 }

@@ -111,6 +111,11 @@ struct ModelSpec {
   // CLI's --attention-kernel sets it, by default flash where the profile has its measured rates).
   AttentionKernel core_attention = AttentionKernel::unfused;
   bool tie_embeddings = true;
+  // Multi-token prediction (DeepSeek-V3 section 2.2; Megatron-Core's --mtp-num-layers): D modules
+  // after the last layer, each the next token's embedding and the previous depth's hidden state,
+  // normed, concatenated and projected (eh_proj, 2h -> h), one transformer layer of the last
+  // layer's kind, and the shared output head with its own loss. 0: none.
+  int mtp_layers = 0;
   MoeSpec moe;
   // From a Hugging Face import: keys read but irrelevant to training cost, and what is costed
   // more simply than the config says (shown by `model show` and the startup table).
@@ -144,6 +149,10 @@ struct ModelSpec {
   double nonexpert_params() const;     // everything but routed experts
   double expert_params() const;        // all routed experts of all MoE layers
   double total_params() const { return nonexpert_params() + expert_params(); }
+  // The multi-token-prediction modules' own parameters (not in total_params, as DeepSeek-V3's
+  // 671B leaves its 14B out): eh_proj, three norms and a layer each; split as the layer's are.
+  double mtp_nonexpert_params() const;
+  double mtp_expert_params() const;
   // What one token's forward uses: all but the routed experts it is not sent to. Publishers differ
   // on the input embedding (a lookup, no multiply): Mistral and Qwen count it, DeepSeek and OpenAI
   // do not; both figures are given.

@@ -122,6 +122,8 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
     root.fail("dtype", e.what());
   }
   m.tie_embeddings = root.boolean("tie_embeddings", true);
+  m.mtp_layers = int(root.integer("mtp_layers", 0));
+  if (m.mtp_layers < 0) root.fail("mtp_layers", "expected a non-negative count of multi-token-prediction modules");
   if (root.has("moe")) read_moe(root, m);
   else m.moe.experts = 0;
   root.reject_unknown_keys();

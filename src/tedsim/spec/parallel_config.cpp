@@ -27,7 +27,7 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
   if (c.pipeline_layout.empty() && m.layers < c.pp * c.vpp)
     return "pp x vpp = " + s(c.pp * c.vpp) + " exceeds the model's " + s(m.layers) + " layers";
   if (!c.pipeline_layout.empty()) {
-    const std::string why = pipeline_layout_violation(c.pipeline_layout, m.layers, c.pp, c.vpp);
+    const std::string why = pipeline_layout_violation(c.pipeline_layout, m.layers, c.pp, c.vpp, m.mtp_layers);
     if (!why.empty()) return why;
   }
   if (c.sequence_parallel && c.tp == 1) return "sequence parallelism needs tp > 1";

@@ -86,7 +86,7 @@ std::vector<std::string> expand_pipeline_layout(const std::string& layout) {
   return stages;
 }
 
-std::string pipeline_layout_violation(const std::string& layout, int layers, int pp, int vpp) {
+std::string pipeline_layout_violation(const std::string& layout, int layers, int pp, int vpp, int mtp_layers) {
   std::vector<std::string> stages;
   try {
     stages = expand_pipeline_layout(layout);
@@ -97,12 +97,18 @@ std::string pipeline_layout_violation(const std::string& layout, int layers, int
   const std::size_t want = std::size_t(pp) * std::size_t(vpp);
   if (stages.size() != want)
     return where + "has " + std::to_string(stages.size()) + " virtual stages, expected pp x vpp = " + std::to_string(want);
-  int transformer = 0;
+  int transformer = 0, mtp = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     for (std::size_t j = 0; j < stages[i].size(); ++j) {
       const char c = stages[i][j];
       if (c == 't') ++transformer;
-      if (c == 'm') return where + "'m' (a multi-token-prediction layer): this model has none";
+      if (c == 'm' && mtp_layers == 0) return where + "'m' (a multi-token-prediction layer): this model has none";
+      if (c == 'm') {
+        ++mtp;
+        const std::string& last = stages.back();
+        const bool before_loss = i + 1 == stages.size() && last.find_first_not_of('m', j) == last.size() - 1;
+        if (!before_loss) return where + "the multi-token-prediction layers (m) must come last, just before the loss L";
+      }
       if (c == 'E' && (i != 0 || j != 0)) return where + "the embedding E must open the first virtual stage";
       if (c == 'L' && (i + 1 != stages.size() || j + 1 != stages[i].size()))
         return where + "the loss L must close the last virtual stage";
@@ -112,17 +118,20 @@ std::string pipeline_layout_violation(const std::string& layout, int layers, int
   if (stages.back().empty() || stages.back().back() != 'L') return where + "the last virtual stage must end with L";
   if (transformer != layers)
     return where + "holds " + std::to_string(transformer) + " transformer layers (t), the model has " + std::to_string(layers);
+  if (mtp != mtp_layers)
+    return where + "holds " + std::to_string(mtp) + " multi-token-prediction layers (m), the model has " +
+           std::to_string(mtp_layers) + " (place them before L)";
   return {};
 }
 
-StageMap build_stage_map(int layers, int pp, int vpp, const std::string& layout) {
+StageMap build_stage_map(int layers, int pp, int vpp, const std::string& layout, int mtp_layers) {
   StageMap map;
   map.pp = pp;
   map.vpp = vpp;
   const int virtual_stages = pp * vpp;
   map.chunks.resize(std::size_t(virtual_stages));
   if (!layout.empty()) {
-    const std::string why = pipeline_layout_violation(layout, layers, pp, vpp);
+    const std::string why = pipeline_layout_violation(layout, layers, pp, vpp, mtp_layers);
     if (!why.empty()) throw InputError(why);
     const std::vector<std::string> stages = expand_pipeline_layout(layout);
     int next = 0;
@@ -133,6 +142,7 @@ StageMap build_stage_map(int layers, int pp, int vpp, const std::string& layout)
         if (s == 't') ++c.layers;
         if (s == 'E') c.embedding = true;
         if (s == 'L') c.head = true;
+        if (s == 'm') ++c.mtp_layers;
       }
       next += c.layers;
     }
@@ -156,6 +166,7 @@ StageMap build_stage_map(int layers, int pp, int vpp, const std::string& layout)
   }
   map.chunks.front().embedding = true;
   map.chunks.back().head = true;
+  map.chunks.back().mtp_layers = mtp_layers;
   return map;
 }
 
@@ -177,6 +188,7 @@ std::string StageMap::describe() const {
       text += c.layers == 0 ? std::string("no layers")
               : c.layers == 1 ? "layer " + std::to_string(c.first_layer)
                               : "layers " + std::to_string(c.first_layer) + "-" + std::to_string(c.first_layer + c.layers - 1);
+      if (c.mtp_layers > 0) text += "+" + std::to_string(c.mtp_layers) + "m";
       if (c.head) text += "+L";
     }
   }

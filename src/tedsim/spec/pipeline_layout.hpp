@@ -22,6 +22,7 @@ struct ModelChunk {
   int layers = 0;
   bool embedding = false;
   bool head = false;  // final norm, LM head, loss
+  int mtp_layers = 0;  // multi-token-prediction modules, with the head (before it: 'm' in a layout)
 };
 
 struct StageMap {
@@ -36,10 +37,11 @@ struct StageMap {
 // Expands a layout string into one entry per virtual stage ("Ett", "tt", ..., "tL"); throws
 // InputError naming the position of a malformed part.
 std::vector<std::string> expand_pipeline_layout(const std::string& layout);
-// The first problem with `layout` for a model of `layers` transformer layers on P x V virtual
-// stages; empty if none.
-std::string pipeline_layout_violation(const std::string& layout, int layers, int pp, int vpp);
-// Throws InputError if the layout is invalid (see pipeline_layout_violation).
-StageMap build_stage_map(int layers, int pp, int vpp, const std::string& layout = {});
+// The first problem with `layout` for a model of `layers` transformer layers and `mtp_layers`
+// multi-token-prediction modules on P x V virtual stages; empty if none.
+std::string pipeline_layout_violation(const std::string& layout, int layers, int pp, int vpp, int mtp_layers = 0);
+// Throws InputError if the layout is invalid (see pipeline_layout_violation). The MTP modules sit
+// in the last virtual stage, before the loss (Megatron-Core places them there).
+StageMap build_stage_map(int layers, int pp, int vpp, const std::string& layout = {}, int mtp_layers = 0);
 
 }  // namespace tedsim

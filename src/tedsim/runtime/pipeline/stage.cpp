@@ -10,7 +10,7 @@ Stage::Stage(StepContext& c, ParamSync& sync, const TokenSource& data, int stage
       stage_(stage),
       stages_(c.cfg.pp),
       chunks_(c.cfg.vpp),
-      map_(build_stage_map(c.model.layers, c.cfg.pp, c.cfg.vpp, c.cfg.pipeline_layout)),
+      map_(build_stage_map(c.model.layers, c.cfg.pp, c.cfg.vpp, c.cfg.pipeline_layout, c.model.mtp_layers)),
       links_(c) {
   const int L = c.dims.layers;
   if (first()) embedding_.register_params(reg, c, init.stdv);
