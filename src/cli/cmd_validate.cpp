@@ -138,6 +138,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (load.attention_kernel == "auto") load.attention_kernel = "unfused";
   Inputs in = load_inputs(load);
   ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
+  c.moe_weights_at_combine = true;  // the runtime's combine weights the expert outputs
   // The training step gathers each ZeRO-3 unit with a blocking all-gather right before its use
   // (runtime/optimizer/zero3.cpp): predict that, not DeepSpeed's prefetch, so like meets like.
   c.zero3_prefetch = false;

@@ -78,14 +78,16 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
     const double expert_act_out = rows * s.ffn_local * Bq;
     // Saved for backward: the block's input (the router's, bf16: the MoE block's norm is not fused
     // into a linear) and dropout mask, fp32 gate probabilities, expert inputs, fc1 and activation
-    // outputs, the combine input (its weights need it); FP8 linears' inputs as their FP8 copies.
+    // outputs, and where the combine weights the outputs its input (the weights' gradient needs
+    // it; Megatron-Core weights inside the experts' activation instead, whose backward has the fc1
+    // output already kept); FP8 linears' inputs as their FP8 copies.
     // Shared experts keep their fc1 and activation outputs like a dense MLP of their width (in FP8
     // also their own copy of the block's input).
     const double shared_width = double(m.shared_width()) / t;
     const double shared_inner = shared_width > 0 ? T * shared_width * (fc1_factor * B + Bq) + (fp8 ? T * h * Bq / shard : 0.0)
                                                  : 0.0;
     const double moe_inner = router_tokens * E * 4.0 + rows * h * Bq + rows * fc1_factor * s.ffn_local * B +
-                             expert_act_out + slots * h * B + shared_inner;
+                             expert_act_out + (c.moe_weights_at_combine ? slots * h * B : 0.0) + shared_inner;
     const double moe_full = block_input + dropout_mask + moe_inner;
     const double moe_kept =
         c.recomputes(kRecomputeMoe) ? (ln ? 0.0 : block_input) + dropout_mask

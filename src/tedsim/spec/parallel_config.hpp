@@ -51,6 +51,11 @@ struct ParallelConfig {
   // Parts of each layer captured as CUDA graphs (CudaGraphScope bits; 0: every kernel launched
   // eagerly by the framework, one host call each).
   std::uint8_t cuda_graph_scopes = 0;
+  // Where the router's weights meet the expert outputs. Megatron-Core (the 2edffadb pin) multiplies
+  // each token's probability into its expert's activation (weighted SwiGLU), so its combine keeps
+  // nothing for backward; TED's step (validate's runtime, DeepSpeed) weights the outputs at the
+  // combine and keeps the combine's input for the weights' gradient. validate sets it.
+  bool moe_weights_at_combine = false;
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage
