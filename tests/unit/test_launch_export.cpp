@@ -107,6 +107,24 @@ TEST(LaunchExport, EveryNameExistsInThePinnedUpstreamParsers) {
   }
 }
 
+// DeepSeek-V3 with its multi-token-prediction module, the flex dispatcher and per-layer CUDA graphs:
+// the flags exist upstream and carry the plan's values.
+TEST(LaunchExport, MtpAndCudaGraphScopesBecomeMegatronFlags) {
+  const std::set<std::string> megatron = names("megatron-lm-flags.txt");
+  test::Bench bench(test::model("deepseek-v3"), "gb200-nvl72");
+  ParallelConfig c = test::config(256, 1, 64, 1, 256);
+  c.pp = 4;
+  c.recompute = Recompute::none;
+  c.moe_dispatcher = MoeDispatcher::flex;
+  c.cuda_graph_scopes = kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess;
+  validate_config(c, bench.m);
+  const std::string mlm = megatron_launch(bench.m, bench.topo, bench.evaluator.evaluate(c));
+  for (const std::string& f : flags_of(mlm)) EXPECT_EQ(megatron.count(f), 1u) << f << " in\n" << mlm;
+  EXPECT_NE(mlm.find("--mtp-num-layers 1"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--cuda-graph-impl transformer_engine"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--cuda-graph-scope attn moe_router moe_preprocess"), std::string::npos) << mlm;
+}
+
 TEST(LaunchExport, KnobsWithoutUpstreamFlagsAreCommentsNotFlags) {
   test::Bench bench(test::model("ted-1.3b"), "dgx-h100");
   const Plan k{"ted-1.3b", -1, 64, 1, 1, 2, 8, 1, 256, 1, false, true, Recompute::full};
