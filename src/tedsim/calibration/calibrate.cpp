@@ -243,6 +243,7 @@ int run_calibration(const CalibrationOptions& o) {
     }
     CollectiveCase cc;
     cc.op = c.op;
+    cc.in_place = step_runs_in_place(c.op, c.kind);
     cc.count = c.count;
     cc.dtype = dtype;
     cc.warmup = warmup;

@@ -11,6 +11,7 @@
 #include "tedsim/calibration/arrival_skew.hpp"
 #include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/point_timing.hpp"
+#include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/comm/watchdog.hpp"
@@ -215,6 +216,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
       for (std::int64_t count : down == up ? std::vector<std::int64_t>{down} : std::vector<std::int64_t>{down, up}) {
         CollectiveCase cc;
         cc.op = CollectiveOp(int(c[0]));
+        cc.in_place = step_runs_in_place(cc.op, GroupKind(int(c[1])));
         cc.count = count;
         cc.dtype = dtype;
         cc.warmup = warmup;

@@ -336,4 +336,9 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   return sweep;
 }
 
+bool step_runs_in_place(CollectiveOp op, GroupKind group) {
+  const bool data_group = group == GroupKind::data || group == GroupKind::expert_data;
+  return data_group && (op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter || op == CollectiveOp::all_gather);
+}
+
 }  // namespace tedsim::calibration

@@ -78,6 +78,13 @@ struct Sweep {
 
 Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const SweepOptions& options);
 
+// Whether the training step runs this collective on this group in place, so calibration times it
+// so: the gradient sync and ZeRO's parameter gather on the data groups work in the gradient and
+// parameter buffers (Megatron-Core's distributed optimizer and tedsim's step alike), the layers'
+// collectives from one buffer into another. MPI's in-place reduce-scatter is about 20% slower
+// than its out-of-place one on a 2-rank host (NCCL's two forms run alike).
+bool step_runs_in_place(CollectiveOp op, GroupKind group);
+
 // The group shapes a sweep labels its collectives with (and the cost model looks up) assume ranks
 // placed in blocks: ranks 0..p-1 on the first host, p..2p-1 on the next, p = the most ranks on one
 // host. Throws InputError, naming the first rank out of place and the launch flags that place
