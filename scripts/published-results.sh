@@ -57,6 +57,7 @@ for i, r in enumerate(spec["rows"]):
     if "moe_dispatcher" in r: cmd += ["--moe-dispatcher", r["moe_dispatcher"]]
     if "adam_moments" in r: cmd += ["--adam-moments", r["adam_moments"]]
     if "cuda_graph_scope" in r: cmd += ["--cuda-graph-scope", r["cuda_graph_scope"]]
+    if "mtp_layers" in r: cmd += ["--mtp-layers", str(r["mtp_layers"])]
     # The attention core the source's software ran: Megatron-LM's unfused CoreAttention before
     # FlashAttention (2022), Transformer Engine's fused attention after.
     cmd += ["--attention-kernel", r["attention_kernel"]]

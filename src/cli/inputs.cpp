@@ -25,6 +25,8 @@ void add_input_options(CLI::App& app, InputOptions& o) {
   app.add_option("--topology", o.topology, "shipped topology name or path to a topology YAML")->capture_default_str();
   app.add_option("--experts", o.experts, "override the expert count (0 = dense model)");
   app.add_option("--capacity-factor", o.capacity_factor, "override the MoE capacity factor (0: dropless routing)");
+  app.add_option("--mtp-layers", o.mtp_layers,
+                 "override the multi-token-prediction modules (0: none; DeepSeek-V3 trains with 1)");
   app.add_option("--imbalance", o.imbalance,
                  "dropless: the busiest expert's tokens over the mean (default: the model's, else " +
                      fixed(kDefaultImbalance, 1) + ")");
@@ -292,6 +294,11 @@ double print_far_lookup_share(std::ostream& out, const Inputs& inputs, const Par
 std::ostream& human_stream(const InputOptions& o) { return o.json == "-" ? std::cerr : std::cout; }
 
 void apply_routing_overrides(const InputOptions& o, ModelSpec& m) {
+  if (o.mtp_layers) {
+    if (*o.mtp_layers < 0 || *o.mtp_layers > 16)
+      throw InputError("--mtp-layers: expected 0 to 16 multi-token-prediction modules, got " + std::to_string(*o.mtp_layers));
+    m.mtp_layers = *o.mtp_layers;
+  }
   if (o.capacity_factor) {
     if (!m.is_moe()) throw InputError("--capacity-factor: model '" + m.name + "' is dense (no experts)");
     if (!(*o.capacity_factor >= 0) || *o.capacity_factor > 1e3)

@@ -22,6 +22,7 @@ struct InputOptions {
   std::string topology = "summit";
   std::optional<int> experts;  // unset: the model's
   std::optional<double> capacity_factor;  // unset: the model's (0: dropless)
+  std::optional<int> mtp_layers;          // unset: the model's
   std::optional<double> imbalance;        // unset: the model's
   std::string dtype;       // empty: the model's
   std::string attention_kernel = "auto";  // unfused, flash, or auto: flash where the profile has its rates
