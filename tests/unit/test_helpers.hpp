@@ -1,5 +1,6 @@
 #pragma once
 // Loading shipped specs by name and building predictions in one line, for tests.
+#include <cstring>
 #include <string>
 
 #include "tedsim/profile/analytic_profile.hpp"
@@ -21,6 +22,14 @@ inline ParallelConfig config(int gpus, int tp, int ep, int micro_batch, int glob
   c.micro_batch = micro_batch;
   c.global_batch = global_batch;
   return c;
+}
+
+// Seconds of the ops of `b` named `name`, summed.
+inline double op_seconds(const Block& b, const char* name) {
+  double s = 0;
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) s += b.ops[i].seconds;
+  return s;
 }
 
 // Everything a prediction needs, kept alive together.

@@ -69,13 +69,6 @@ TEST(HostLaunch, ACapturedRegionCostsOneCall) {
   EXPECT_NEAR(host_launch_wait(b, 10 * kUs, kGraphAttn | kGraphMoeRouter).wait_s, 16 * kUs, 1e-12);
 }
 
-double op_seconds(const Block& b, const char* name) {
-  double s = 0;
-  for (int i = 0; i < b.count; ++i)
-    if (std::strcmp(b.ops[i].name, name) == 0) s += b.ops[i].seconds;
-  return s;
-}
-
 // Qwen3-30B-A3B on a DGX H100 (host section: Xeon, 13.5 us per call): the MoE forward syncs once
 // on the dispatcher's preprocessing and ends with the wait; its backward has no sync; the
 // topology without a host section (same machine, section removed) prices no wait.
@@ -88,8 +81,8 @@ TEST(HostLaunch, TheWorkloadCarriesTheWaitAsItsOwnPhase) {
   for (int i = 0; i < w.moe.forward.count; ++i) syncs += w.moe.forward.ops[i].host_sync ? 1 : 0;
   EXPECT_EQ(syncs, 1);
   for (int i = 0; i < w.moe.backward.count; ++i) EXPECT_FALSE(w.moe.backward.ops[i].host_sync);
-  EXPECT_EQ(op_seconds(w.moe.backward, "moe_preprocess"), 0.0);  // no backward twin
-  const double wait = op_seconds(w.moe.forward, "host_launch_wait");
+  EXPECT_EQ(test::op_seconds(w.moe.backward, "moe_preprocess"), 0.0);  // no backward twin
+  const double wait = test::op_seconds(w.moe.forward, "host_launch_wait");
   EXPECT_GT(wait, 0.0);
   EXPECT_NEAR(w.moe.forward.phase_seconds[int(Phase::host_launch)], wait, 1e-15);
 
@@ -98,13 +91,13 @@ TEST(HostLaunch, TheWorkloadCarriesTheWaitAsItsOwnPhase) {
   const AnalyticProfile profile(no_host);
   const Evaluator evaluator(bench.m, no_host, profile);
   const Workload free = build_workload(bench.m, c, profile, evaluator.spans_for(c));
-  EXPECT_EQ(op_seconds(free.moe.forward, "host_launch_wait"), 0.0);
+  EXPECT_EQ(test::op_seconds(free.moe.forward, "host_launch_wait"), 0.0);
   EXPECT_NEAR(w.moe.forward.seconds - wait, free.moe.forward.seconds, 1e-12);
 
   // Graphing the router and the preprocessing can only shorten the wait (here their calls fall
   // where the host is ahead anyway: no change).
   c.cuda_graph_scopes = kGraphMoeRouter | kGraphMoePreprocess;
-  EXPECT_LE(op_seconds(bench.workload(c).moe.forward, "host_launch_wait"), wait);
+  EXPECT_LE(test::op_seconds(bench.workload(c).moe.forward, "host_launch_wait"), wait);
 }
 
 // The iteration's exposed phases still sum to its time with the host's wait among them.

@@ -189,13 +189,6 @@ double op_flops(const Block& b, const char* prefix) {
   return f;
 }
 
-double op_seconds(const Block& b, const char* name) {
-  double s = 0;
-  for (int i = 0; i < b.count; ++i)
-    if (std::strcmp(b.ops[i].name, name) == 0) s += b.ops[i].seconds;
-  return s;
-}
-
 TEST(TodaysMoeCost, ExpertGemmsCoverTheActiveExpertsOfEveryToken) {
   // Dropless, balanced (imbalance 1), one rank: the grouped GEMMs do exactly k experts' work per
   // token: 2 x tokens x k x expert weights.
@@ -220,7 +213,7 @@ TEST(TodaysMoeCost, DroplessLoadIsTheBusiestRanksAndModelFlopsStayTheMean) {
   // The busiest rank holds the busiest expert (2x) and one at the mean: 1.5x the mean load.
   EXPECT_DOUBLE_EQ(ws.shape.load_factor, 1.5);
   EXPECT_NEAR(op_flops(ws.moe.forward, "expert_fc") / op_flops(wb.moe.forward, "expert_fc"), 1.5, 0.01);
-  EXPECT_GT(op_seconds(ws.moe.forward, "ep_alltoall_dispatch"), op_seconds(wb.moe.forward, "ep_alltoall_dispatch"));
+  EXPECT_GT(test::op_seconds(ws.moe.forward, "ep_alltoall_dispatch"), test::op_seconds(wb.moe.forward, "ep_alltoall_dispatch"));
   EXPECT_NEAR(ws.model_flops_per_microbatch / wb.model_flops_per_microbatch, 1.0, 0.002);
 }
 
@@ -235,11 +228,11 @@ TEST(TodaysMoeCost, SharedExpertsRunBesideTheRoutedOnesAndOverlapHidesTheAllToAl
   EXPECT_NEAR(op_flops(plain.moe.forward, "shared_fc") / (2.0 * tokens * m.shared_expert_params()), 1.0, 1e-9);
   c.shared_expert_overlap = true;
   const Workload overlapped = bench.workload(c);
-  const double a2a_plain = op_seconds(plain.moe.forward, "ep_alltoall_dispatch") + op_seconds(plain.moe.forward, "ep_alltoall_combine");
+  const double a2a_plain = test::op_seconds(plain.moe.forward, "ep_alltoall_dispatch") + test::op_seconds(plain.moe.forward, "ep_alltoall_combine");
   const double a2a_overlapped =
-      op_seconds(overlapped.moe.forward, "ep_alltoall_dispatch") + op_seconds(overlapped.moe.forward, "ep_alltoall_combine");
-  const double shared = op_seconds(plain.moe.forward, "shared_fc1") + op_seconds(plain.moe.forward, "shared_activation") +
-                        op_seconds(plain.moe.forward, "shared_fc2");
+      test::op_seconds(overlapped.moe.forward, "ep_alltoall_dispatch") + test::op_seconds(overlapped.moe.forward, "ep_alltoall_combine");
+  const double shared = test::op_seconds(plain.moe.forward, "shared_fc1") + test::op_seconds(plain.moe.forward, "shared_activation") +
+                        test::op_seconds(plain.moe.forward, "shared_fc2");
   EXPECT_NEAR(a2a_plain - a2a_overlapped, std::min(shared, a2a_plain), 1e-12);
   EXPECT_NEAR(plain.moe.forward.seconds - overlapped.moe.forward.seconds, std::min(shared, a2a_plain), 1e-12);
 }
@@ -301,12 +294,12 @@ TEST(TodaysMoeCost, Fp8RunsGemmsAtTheFp8PeakAndKeepsBf16EverywhereElse) {
     }
   const double quantize_s =
       fp8_quantize_seconds(fp8.profile, fp8_quantize_bytes(Fp8Recipe::tensor), fc1_elements, fc1_experts, false);
-  EXPECT_NEAR((op_seconds(wf.moe.forward, "expert_fc1") - quantize_s) / op_seconds(wb.moe.forward, "expert_fc1"),
+  EXPECT_NEAR((test::op_seconds(wf.moe.forward, "expert_fc1") - quantize_s) / test::op_seconds(wb.moe.forward, "expert_fc1"),
               0.5 / 0.883, 0.01);
   // Activations, gradients and weights stay bf16; the memory-bound kernels do not speed up.
   EXPECT_EQ(wf.shape.act_bytes, 2);
   EXPECT_EQ(wf.grad_bytes, 2);
-  EXPECT_DOUBLE_EQ(op_seconds(wf.moe.forward, "expert_activation"), op_seconds(wb.moe.forward, "expert_activation"));
+  EXPECT_DOUBLE_EQ(test::op_seconds(wf.moe.forward, "expert_activation"), test::op_seconds(wb.moe.forward, "expert_activation"));
   // Dispatch and combine both move bf16 tokens (Megatron-Core's dispatchers have no FP8 path).
   EXPECT_DOUBLE_EQ(op_bytes(wf.moe.forward, "ep_alltoall_dispatch"), op_bytes(wb.moe.forward, "ep_alltoall_dispatch"));
   EXPECT_DOUBLE_EQ(op_bytes(wf.moe.forward, "ep_alltoall_combine"), op_bytes(wb.moe.forward, "ep_alltoall_combine"));

@@ -1,48 +1,23 @@
 #include "tedsim/spec/cuda_graph_scope.hpp"
 
-#include <sstream>
-
-#include "tedsim/core/error.hpp"
+#include "tedsim/spec/name_bits.hpp"
 
 namespace tedsim {
 namespace {
 
-struct ScopeName {
-  const char* name;
-  std::uint8_t bit;
-};
-constexpr ScopeName kScopes[] = {{"attn", kGraphAttn},
-                                 {"mlp", kGraphMlp},
-                                 {"moe_router", kGraphMoeRouter},
-                                 {"moe_preprocess", kGraphMoePreprocess}};
+constexpr std::initializer_list<NameBit> kScopes = {
+    {"attn", kGraphAttn}, {"mlp", kGraphMlp}, {"moe_router", kGraphMoeRouter}, {"moe_preprocess", kGraphMoePreprocess}};
 
 }  // namespace
 
 std::uint8_t parse_cuda_graph_scopes(const std::string& list) {
   if (list == "none") return 0;
-  std::uint8_t bits = 0;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    bool known = false;
-    for (const ScopeName& s : kScopes) {
-      if (item == s.name) {
-        bits |= s.bit;
-        known = true;
-      }
-    }
-    if (!known)
-      throw InputError("--cuda-graph-scope: unknown scope '" + item +
-                       "' (expected none, or a comma-separated list of attn, mlp, moe_router, moe_preprocess)");
-  }
-  if (bits == 0) throw InputError("--cuda-graph-scope: expected none or at least one scope, got '" + list + "'");
-  return bits;
+  return parse_name_bits(list, kScopes, "--cuda-graph-scope", "scope",
+                         "none, or a comma-separated list of attn, mlp, moe_router, moe_preprocess");
 }
 
 std::string cuda_graph_scopes_text(std::uint8_t scopes) {
-  std::string text;
-  for (const ScopeName& s : kScopes)
-    if (scopes & s.bit) text += (text.empty() ? "" : ",") + std::string(s.name);
+  const std::string text = name_bits_text(scopes, kScopes);
   return text.empty() ? "none" : text;
 }
 
