@@ -54,6 +54,8 @@ i=0
 for layout in 'Et|(tt|)*30tL' 'Ettt|tttL' 'E|t*4|t*4|L' '(t|)*8' 'Et*3|t*4|(t*2|)*2tL'; do
   printf '\x1f\x03\x01%s' "$layout" > "$build/fuzz/fuzz_pipeline_layout/seeds/layout$((i++))"
 done
+# 4 layers on 2 stages with one multi-token-prediction module before the loss.
+printf '\x03\x01\x04%s' 'Ett|ttmL' > "$build/fuzz/fuzz_pipeline_layout/seeds/layout_mtp"
 i=0
 while IFS= read -r line; do
   args="${line##*| }"
