@@ -101,7 +101,6 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
   if (m.mtp_layers > 0) return "multi-token prediction (mtp_layers)";
   if (m.head_dim() * m.heads != m.hidden && backend == Backend::cuda)
     return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads on the CUDA backend (the CPU backend runs it)";
-  if (m.norm == Norm::rmsnorm && backend == Backend::cuda) return "RMSNorm on the CUDA backend (the CPU backend runs it)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (m.rotary_dim > 0) return "rotary position embeddings";
   if (m.sliding_window > 0) return "sliding-window attention";

@@ -20,6 +20,7 @@
 #include "tedsim/kernels/cpu/gating.hpp"
 #include "tedsim/kernels/cpu/gemm.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
+#include "tedsim/kernels/cpu/rmsnorm.hpp"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
 #include "tedsim/kernels/device.hpp"
@@ -208,6 +209,28 @@ TEST_F(GpuStep, LayerNormBackwardMatchesCpu) {
       expect_close_to_max(dgx.host(), gx, 1e-4, "grad_x" + what);
       expect_close_to_max(dgg.host(), gg, 1e-4, "grad_gamma" + what);
       expect_close_to_max(dgb.host(), gb, 1e-4, "grad_beta" + what);
+    }
+  }
+}
+
+TEST_F(GpuStep, RmsNormForwardAndBackwardMatchCpu) {
+  for (int rows : {0, 1, 37, 300}) {
+    for (int h : {33, 1000, 3000}) {
+      const std::size_t n = static_cast<std::size_t>(rows) * h;
+      const auto x = random_vector(n, 31, -2, 2), gy = random_vector(n, 32);
+      const auto gamma = random_vector(h, 33, 0.5, 1.5);
+      std::vector<float> y(n), rstd(rows), gx(n), gg(h);
+      rmsnorm_forward(rows, h, 1e-6f, x.data(), gamma.data(), y.data(), rstd.data());
+      rmsnorm_backward(rows, h, x.data(), gamma.data(), rstd.data(), gy.data(), gx.data(), gg.data());
+      DevF dx(x), dgamma(gamma), dgy(gy);
+      DevF dy(n, kGarbage), drstd(static_cast<std::size_t>(rows), kGarbage), dgx(n, kGarbage), dgg(h, kGarbage);
+      cu::rmsnorm_forward(rows, h, 1e-6f, dx.ptr(), dgamma.ptr(), dy.ptr(), drstd.ptr());
+      cu::rmsnorm_backward(rows, h, dx.ptr(), dgamma.ptr(), drstd.ptr(), dgy.ptr(), dgx.ptr(), dgg.ptr());
+      const std::string what = " rows " + std::to_string(rows) + " h " + std::to_string(h);
+      expect_close_to_max(dy.host(), y, 1e-5, "y" + what);
+      expect_close_to_max(drstd.host(), rstd, 1e-5, "rstd" + what);
+      expect_close_to_max(dgx.host(), gx, 1e-4, "grad_x" + what);
+      expect_close_to_max(dgg.host(), gg, 1e-4, "grad_gamma" + what);
     }
   }
 }

@@ -101,11 +101,13 @@ class CudaStepOps final : public StepOps {
                          float* y, float* mean, float* rstd) override {
     cu::layernorm_forward(Dtype::fp32, rows, hidden, eps, x, gamma, beta, y, mean, rstd);
   }
-  void rmsnorm_forward(int, int, float, const float*, const float*, float*, float*) override {
-    throw RunError("the CUDA step runs layernorm only yet (RMSNorm runs on the CPU step)");
+  void rmsnorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, float* y,
+                       float* rstd) override {
+    cu::rmsnorm_forward(rows, hidden, eps, x, gamma, y, rstd);
   }
-  void rmsnorm_backward(int, int, const float*, const float*, const float*, const float*, float*, float*) override {
-    throw RunError("the CUDA step runs layernorm only yet (RMSNorm runs on the CPU step)");
+  void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd,
+                        const float* grad_y, float* grad_x, float* grad_gamma) override {
+    cu::rmsnorm_backward(rows, hidden, x, gamma, rstd, grad_y, grad_x, grad_gamma);
   }
   void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                           const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma,

@@ -39,6 +39,11 @@ void scale(std::size_t n, float alpha, float* y);        // y *= alpha
 // cpu/layernorm.hpp layernorm_backward: grad_x, grad_gamma, grad_beta overwritten.
 void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                         const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma, float* grad_beta);
+// cpu/rmsnorm.hpp rmsnorm_forward (fp32): y [rows, h] and rstd [rows] overwritten.
+void rmsnorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, float* y, float* rstd);
+// cpu/rmsnorm.hpp rmsnorm_backward: grad_x and grad_gamma overwritten.
+void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd,
+                      const float* grad_y, float* grad_x, float* grad_gamma);
 // cpu/activations.hpp swiglu_backward (fp32): grad_x [rows, 2F] overwritten.
 void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x);
 
