@@ -26,6 +26,8 @@ struct SearchOptions {
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";
+  std::string moe_a2a_overlap = "off";
+  int moe_a2a_overlap_sms = 20;
   int emit_rank = 1;
   bool all = false;
   std::string csv;
@@ -36,7 +38,7 @@ struct SearchOptions {
 // note (`notes`) instead of a row of its own.
 TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::string>* notes) {
   TextTable table({"rank", "p", "v", "t", "e", "d", "d_e", "b", "ga", "sp", "recomp", "dtd", "cac", "zero", "etp",
-                   "tiled", "layout", "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
+                   "tiled", "layout", "a2ao", "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
   auto yn = [](bool b) { return std::string(b ? "on" : "off"); };
   std::size_t shown = 0;
   for (std::size_t i = 0; i < r.top.size(); ++i) {
@@ -54,7 +56,8 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
                    std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
                    std::to_string(c.micro_batch), std::to_string(c.grad_accum()), yn(c.sequence_parallel), recompute,
                    yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp),
-                   yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", fixed(p.sim.iteration_s, 4),
+                   yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", yn(c.moe_a2a_overlap),
+                   fixed(p.sim.iteration_s, 4),
                    fixed(p.tokens_per_s, 0), fixed(p.tflops_per_gpu, 1), fixed(100 * p.mfu, 1),
                    fixed(p.memory.peak / kGiB, 2)});
   }
@@ -108,6 +111,17 @@ int run_search_command(const SearchOptions& o) {
   space.moe_dispatcher = parse_moe_dispatcher(o.moe_dispatcher);
   space.adam_moments = parse_adam_moments(o.adam_moments);
   space.cuda_graph_scopes = parse_cuda_graph_scopes(o.cuda_graph_scope);
+  if (o.moe_a2a_overlap == "off")
+    space.a2a_overlap = {false};
+  else if (o.moe_a2a_overlap == "on")
+    space.a2a_overlap = {true};
+  else if (o.moe_a2a_overlap == "both")
+    space.a2a_overlap = {false, true};
+  else
+    throw InputError("--moe-a2a-overlap: expected off, on or both, got '" + o.moe_a2a_overlap + "'");
+  if (o.moe_a2a_overlap_sms <= 0)
+    throw InputError("--moe-a2a-overlap-sms: expected a positive SM count, got " + std::to_string(o.moe_a2a_overlap_sms));
+  space.a2a_overlap_sms = o.moe_a2a_overlap_sms;
   if (o.threads < 0) throw InputError("--threads: expected a positive count (0: every core), got " + std::to_string(o.threads));
   if (o.max_pp < 0) throw InputError("--max-pp: expected a positive degree (0: every divisor), got " + std::to_string(o.max_pp));
   const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -175,6 +189,13 @@ void register_search(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--cuda-graph-scope", o->cuda_graph_scope,
                   "every plan's CUDA-graph scopes: none, or a list of attn, mlp, moe_router, moe_preprocess")
+      ->capture_default_str();
+  cmd->add_option("--moe-a2a-overlap", o->moe_a2a_overlap,
+                  "expert all-to-all overlap (Megatron-Core's --overlap-moe-expert-parallel-comm): off, on (every plan "
+                  "Megatron-Core allows it in: ep > 1, vpp > 1 with pipelines, no full recompute) or both")
+      ->capture_default_str();
+  cmd->add_option("--moe-a2a-overlap-sms", o->moe_a2a_overlap_sms,
+                  "SMs the overlapped all-to-all kernels hold (Megatron-Core's --moe-deepep-num-sms)")
       ->capture_default_str();
   add_emit_option(*cmd, o->emit);
   cmd->add_option("--rank", o->emit_rank, "with --emit: the plan of this rank of the table")->capture_default_str();

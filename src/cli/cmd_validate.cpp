@@ -118,6 +118,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   const Backend backend = parse_backend(o.backend);
   MpiSession mpi(watchdog_options(o.watchdog));
   if (!o.config.empty()) apply_validation_config(YamlMap::load_file(o.config), o.in, o.knobs, *cmd);
+  // A knob the step cannot run is refused before anything else about the run is checked.
+  if (o.knobs.moe_a2a_overlap)
+    throw InputError("--moe-a2a-overlap: validate's training step runs its passes one at a time on one stream (simulate and "
+                     "search model the overlap)");
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (!given(cmd, "--gpus") && (o.config.empty())) o.in.gpus = world_size;

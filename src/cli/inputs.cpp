@@ -90,6 +90,14 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   add_switch(app, "shared-expert-overlap", o.shared_expert_overlap,
              "run shared experts on a side stream during the dispatch/combine all-to-alls (Megatron-Core's "
              "--moe-shared-expert-overlap)");
+  add_switch(app, "moe-a2a-overlap", o.moe_a2a_overlap,
+             "merge each steady-state forward with the next backward so one micro-batch's expert all-to-alls "
+             "run beside the other's compute (Megatron-Core's --overlap-moe-expert-parallel-comm; pipelines need "
+             "--vpp > 1)");
+  app.add_option("--moe-a2a-overlap-sms", o.moe_a2a_overlap_sms,
+                 "SMs the overlapped all-to-all kernels hold (Megatron-Core's --moe-deepep-num-sms, default 20; "
+                 "Megatron-Bridge runs HybridEP with 32); priced where the topology gives device.sms")
+      ->capture_default_str();
   app.add_option("--moe-dispatcher", o.moe_dispatcher,
                  "how tokens reach their experts: alltoall (every token-expert pair, Megatron-Core's alltoall "
                  "dispatcher) or flex (DeepEP/HybridEP: once per destination GPU and node)")
@@ -175,6 +183,8 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.expert_tp = k.expert_tp;
   c.tiled_optimizer = k.tiled;
   c.shared_expert_overlap = k.shared_expert_overlap;
+  c.moe_a2a_overlap = k.moe_a2a_overlap;
+  c.moe_a2a_overlap_sms = k.moe_a2a_overlap_sms;
   c.moe_dispatcher = parse_moe_dispatcher(k.moe_dispatcher);
   c.adam_moments = parse_adam_moments(k.adam_moments);
   c.cuda_graph_scopes = parse_cuda_graph_scopes(k.cuda_graph_scope);

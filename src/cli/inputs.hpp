@@ -47,6 +47,8 @@ struct ConfigOptions {
   int pp = 1, vpp = 1, tp = 1, ep = 1, micro_batch = 1, zero = 1;
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true, sequence_parallel = false;
   bool shared_expert_overlap = false;
+  bool moe_a2a_overlap = false;
+  int moe_a2a_overlap_sms = 20;
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";

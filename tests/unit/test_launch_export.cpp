@@ -125,6 +125,27 @@ TEST(LaunchExport, MtpAndCudaGraphScopesBecomeMegatronFlags) {
   EXPECT_NE(mlm.find("--cuda-graph-scope attn moe_router moe_preprocess"), std::string::npos) << mlm;
 }
 
+// The expert all-to-all overlap and the SMs tedsim priced for its kernels become Megatron-Core's flags.
+TEST(LaunchExport, TheAllToAllOverlapBecomesMegatronFlags) {
+  const std::set<std::string> megatron = names("megatron-lm-flags.txt");
+  test::Bench bench(test::model("deepseek-v3"), "dgx-b200");
+  ParallelConfig c = test::config(256, 1, 32, 1, 256);
+  c.pp = 8;
+  c.vpp = 2;
+  c.pipeline_layout = "Etttt|(tttt|)*14tmL";
+  c.recompute = Recompute::selective;
+  c.recompute_modules = kRecomputeMlp;
+  c.moe_dispatcher = MoeDispatcher::flex;
+  c.moe_a2a_overlap = true;
+  c.moe_a2a_overlap_sms = 24;
+  validate_config(c, bench.m);
+  const std::string mlm = megatron_launch(bench.m, bench.topo, bench.evaluator.evaluate(c));
+  for (const std::string& f : flags_of(mlm)) EXPECT_EQ(megatron.count(f), 1u) << f << " in\n" << mlm;
+  EXPECT_NE(mlm.find("--overlap-moe-expert-parallel-comm"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--moe-deepep-num-sms 24"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--num-virtual-stages-per-pipeline-rank 2"), std::string::npos) << mlm;
+}
+
 TEST(LaunchExport, KnobsWithoutUpstreamFlagsAreCommentsNotFlags) {
   test::Bench bench(test::model("ted-1.3b"), "dgx-h100");
   const Plan k{"ted-1.3b", -1, 64, 1, 1, 2, 8, 1, 256, 1, false, true, Recompute::full};

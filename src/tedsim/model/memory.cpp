@@ -192,10 +192,12 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
       with_stash[std::size_t(v)] = bytes + stash;
     }
     // The schedule's warm-up forwards and one more are in flight at the peak (1F1B: min(P - p, m)
-    // micro-batches); chunks of different sizes make it depend on which ones.
-    const double in_flight = peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, kept.data());
+    // micro-batches); chunks of different sizes make it depend on which ones. The expert
+    // all-to-all overlap's merged steps warm up one forward more.
+    const bool merged = c.moe_a2a_overlap;
+    const double in_flight = peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, kept.data(), merged);
     const double in_flight_with_stash =
-        c.cac ? peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, with_stash.data()) : in_flight;
+        c.cac ? peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, with_stash.data(), merged) : in_flight;
     mem.activations = in_flight + recompute_transient + (has_head ? logits : 0.0);
     mem.cac_stash = in_flight_with_stash - in_flight;
     mem.moe_buffers = has_moe ? l.moe_transient : 0.0;

@@ -18,6 +18,7 @@ class AnalyticProfile final : public Profile {
   double attention_seconds(AttentionKernel kernel, bool backward, const AttentionShape& shape) const override;
   Fp8Quantize fp8_quantize() const override { return fp8_quantize_bytes(topo_.device.fp8_recipe); }
   double host_op_seconds() const override { return topo_.host.framework_op_us * 1e-6; }
+  int device_sms() const override { return topo_.device.sms; }
   std::string describe() const override;
 
  private:

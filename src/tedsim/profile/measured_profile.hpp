@@ -151,6 +151,7 @@ class MeasuredProfile final : public Profile {
   Fp8Quantize fp8_quantize() const override { return fallback_.fp8_quantize(); }
   // Calibration times kernels from C++, not the framework's host path: the topology's figure.
   double host_op_seconds() const override { return fallback_.host_op_seconds(); }
+  int device_sms() const override { return fallback_.device_sms(); }
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }

@@ -156,6 +156,8 @@ class Profile {
   // Host seconds the training framework spends per call that launches device work (eager PyTorch
   // with Transformer Engine, on the machine's CPU); 0: the host never holds a stream back.
   virtual double host_op_seconds() const { return 0; }
+  // Streaming multiprocessors of the device; 0 where the topology does not give them.
+  virtual int device_sms() const { return 0; }
   virtual std::string describe() const = 0;
 };
 

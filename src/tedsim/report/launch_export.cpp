@@ -165,6 +165,10 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
     } else {
       a.flag("--moe-token-dispatcher-type", "alltoall");
     }
+    if (c.moe_a2a_overlap) {
+      a.flag("--overlap-moe-expert-parallel-comm", "", "each steady-state forward merged with the next backward");
+      if (c.moe_dispatcher == MoeDispatcher::flex) a.flag("--moe-deepep-num-sms", n(c.moe_a2a_overlap_sms), "the SMs tedsim priced");
+    }
     a.flag("--moe-grouped-gemm");
     a.flag("--moe-router-load-balancing-type", m.moe.router == Router::sigmoid ? "seq_aux_loss" : "aux_loss");
     if (!m.moe.dropless()) {

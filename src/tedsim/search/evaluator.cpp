@@ -40,7 +40,7 @@ Prediction Evaluator::evaluate(const ParallelConfig& c, const Workload& w, Trace
   p.memory = estimate_memory(model_, c, w, topology_, p.stage_map, skip_unfit ? nullptr : &p.stage_memory);
   if (skip_unfit && !p.memory.fits()) return p;
   if (tokens_per_s_to_beat > 0) {
-    const double fastest = iteration_lower_bound(model_, w, p.stage_map);
+    const double fastest = iteration_lower_bound(model_, w, p.stage_map, p.config.moe_a2a_overlap);
     if (fastest > 0 && double(c.global_batch) * w.shape.s / fastest < tokens_per_s_to_beat) return p;
   }
   p.sim = simulate_iteration(model_, c, w, p.stage_map, trace);

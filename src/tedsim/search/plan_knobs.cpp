@@ -16,6 +16,7 @@ const char* knob_name(Knob k) {
     case Knob::expert_tp: return "expert TP";
     case Knob::tiled_optimizer: return "the tiled optimizer";
     case Knob::data_before_expert: return "the data-before-expert layout";
+    case Knob::a2a_overlap: return "expert all-to-all overlap";
     case Knob::count: break;
   }
   return "?";
@@ -35,6 +36,7 @@ bool knob_on(const ParallelConfig& c, Knob k) {
     case Knob::expert_tp: return c.expert_tp && c.tp > 1;
     case Knob::tiled_optimizer: return c.tiled_optimizer;
     case Knob::data_before_expert: return c.layout == RankLayout::data_before_expert;
+    case Knob::a2a_overlap: return c.moe_a2a_overlap;
     case Knob::count: break;
   }
   return false;

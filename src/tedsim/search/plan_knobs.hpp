@@ -20,6 +20,7 @@ enum class Knob : int {
   expert_tp,          // with t > 1
   tiled_optimizer,
   data_before_expert,
+  a2a_overlap,        // Megatron-Core's expert all-to-all overlap
   count
 };
 inline constexpr int kKnobCount = int(Knob::count);

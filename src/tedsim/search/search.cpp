@@ -64,6 +64,8 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                         for (int zero : space.zero_stages) {
                           for (bool tiled : {true, false}) {
                             if (!tiled && !m.is_moe()) continue;
+                          for (bool overlap : space.a2a_overlap) {
+                            if (overlap && e == 1) continue;
                             ParallelConfig c;
                             c.gpus = G;
                             c.pp = p;
@@ -80,12 +82,17 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             c.zero = zero;
                             c.expert_tp = expert_tp;
                             c.tiled_optimizer = tiled;
-                            c.shared_expert_overlap = space.shared_expert_overlap && m.moe.shared_experts > 0;
+                            // Megatron-Core runs the shared experts after the router under the
+                            // all-to-all overlap, never on their own side stream.
+                            c.shared_expert_overlap = space.shared_expert_overlap && m.moe.shared_experts > 0 && !overlap;
+                            c.moe_a2a_overlap = overlap;
+                            c.moe_a2a_overlap_sms = space.a2a_overlap_sms;
                             c.moe_dispatcher = space.moe_dispatcher;
                             c.adam_moments = space.adam_moments;
                             c.cuda_graph_scopes = space.cuda_graph_scopes;
                             c.layout = layout;
                             if (config_is_valid(c, m)) configs.push_back(c);
+                          }
                           }
                         }
                         }
@@ -160,7 +167,8 @@ bool same_workload(const ParallelConfig& a, const ParallelConfig& b) {
          a.global_batch == b.global_batch && a.seq_len == b.seq_len && a.dtd == b.dtd && a.cac == b.cac &&
          a.recompute == b.recompute && a.recompute_modules == b.recompute_modules &&
          a.sequence_parallel == b.sequence_parallel && (a.zero >= 3) == (b.zero >= 3) && a.expert_tp == b.expert_tp &&
-         a.layout == b.layout && a.pipeline_layout == b.pipeline_layout;
+         a.layout == b.layout && a.pipeline_layout == b.pipeline_layout &&
+         a.shared_expert_overlap == b.shared_expert_overlap;
 }
 
 struct Ranked {

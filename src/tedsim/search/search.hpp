@@ -26,6 +26,10 @@ struct SearchSpace {
   MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  // every plan's (--moe-dispatcher)
   Dtype adam_moments = Dtype::fp32;                        // every plan's (--adam-moments)
   std::uint8_t cuda_graph_scopes = 0;                      // every plan's (--cuda-graph-scope)
+  // Expert all-to-all overlap: each plan without it, with it where Megatron-Core allows it, or
+  // both (--moe-a2a-overlap off|on|both); its SMs (--moe-a2a-overlap-sms).
+  std::vector<bool> a2a_overlap = {false};
+  int a2a_overlap_sms = 20;
   std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};
 };
 

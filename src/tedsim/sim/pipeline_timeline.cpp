@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tedsim/sim/arrival_skew.hpp"
+#include "tedsim/sim/overlapped_pair.hpp"
 #include "tedsim/spec/pipeline_schedule.hpp"
 #include "tedsim/sim/simulator.hpp"
 #include "tedsim/sim/trace.hpp"
@@ -35,6 +36,10 @@ struct GradReady {
 struct ChunkWork {
   Span forward, backward;
   std::vector<const Block*> forward_blocks, backward_blocks;  // in order, for the arrival waits
+  // For merged steps (expert all-to-all overlap): each layer's nodes, forward in layer order,
+  // backward in backward order, and the seconds of the rest (embedding, head, MTP), which runs alone.
+  std::vector<PassNodes> forward_layers, backward_layers;
+  double forward_alone_s = 0, backward_alone_s = 0;
   std::vector<GradReady> grads;  // in backward order
   double zero3_hidden_fwd = 0, zero3_hidden_bwd = 0;
   ModelChunk chunk;
@@ -73,6 +78,7 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
         const LayerBlocks& l = w.layer_blocks(m, layer);
         forward(l.forward);
+        cw.forward_layers.push_back(forward_nodes(l.forward));
         if (m.is_moe_layer(layer))
           sw.expert_gemm_s += expert_gemm_seconds(l.forward) + expert_gemm_seconds(l.recompute) + expert_gemm_seconds(l.backward);
         sw.nonexpert_params += l.nonexpert_grad_elems;
@@ -109,6 +115,7 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
         const LayerBlocks& l = w.layer_blocks(m, layer);
         backward(l.recompute);
         backward(l.backward);
+        cw.backward_layers.push_back(backward_nodes(l.recompute, l.backward));
         if (!l.grads_synced_in_backward)
           cw.grads.push_back({cw.backward.seconds, l.nonexpert_grad_elems, l.expert_grad_elems});
         // ZeRO-3's gathers hidden behind the forward and behind the backward.
@@ -120,6 +127,10 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
         cw.grads.push_back({cw.backward.seconds, w.embedding_grad_elems, 0.0});
         sw.nonexpert_params += w.embedding_grad_elems;
       }
+      cw.forward_alone_s = cw.forward.seconds;
+      for (const PassNodes& n : cw.forward_layers) cw.forward_alone_s -= n.total();
+      cw.backward_alone_s = cw.backward.seconds;
+      for (const PassNodes& n : cw.backward_layers) cw.backward_alone_s -= n.total();
       sw.chunks.push_back(std::move(cw));
     }
   }
@@ -131,7 +142,14 @@ class PipelineTimeline {
  public:
   PipelineTimeline(const ModelSpec& m, const ParallelConfig& c, const Workload& w, const StageMap& map,
                    const std::vector<StageWork>& work, const ArrivalSkew& skew, TraceRecorder* trace)
-      : m_(m), c_(c), w_(w), map_(map), work_(work), skew_(skew), trace_(trace), P_(map.pp), V_(map.vpp) {}
+      : m_(m), c_(c), w_(w), map_(map), work_(work), skew_(skew), trace_(trace), P_(map.pp), V_(map.vpp) {
+    if (c.moe_a2a_overlap) {
+      const int sms = w.profile ? w.profile->device_sms() : 0;
+      sm_fraction_ = sms > 0 ? double(c.moe_a2a_overlap_sms) / sms : 0.0;
+      merged_.assign(std::size_t(P_ * V_ * V_), MergedTime{});
+      merged_known_.assign(merged_.size(), false);
+    }
+  }
 
   // Every stage's group clocks when its first pass starts (P = 1: after micro-batches run
   // outside the timeline); default: the ranks met at the iteration's start.
@@ -149,7 +167,7 @@ class PipelineTimeline {
     orders_.clear();
     std::size_t remaining = 0;
     for (int p = 0; p < P_; ++p) {
-      orders_.emplace_back(p, P_, V_, microbatches);
+      orders_.emplace_back(p, P_, V_, microbatches, c_.moe_a2a_overlap);
       stages_[std::size_t(p)].current = orders_.back()[0];
       remaining += std::size_t(orders_.back().size());
       if (trace_) trace_->name_stage(p, "stage " + std::to_string(p) + ": " + stage_text(p));
@@ -163,9 +181,13 @@ class PipelineTimeline {
         const int p = down ? i : P_ - 1 - i;
         StageState& st = stages_[std::size_t(p)];
         const StageOrder& order = orders_[std::size_t(p)];
-        while (st.next < order.size() && try_run(p, st.current)) {
-          if (++st.next < order.size()) st.current = order[st.next];
-          ++ran;
+        while (st.next < order.size()) {
+          // Expert all-to-all overlap: a steady-state forward runs merged with the backward after it.
+          const int step = order.merges_with_next(st.next) ? 2 : 1;
+          if (step == 2 ? !try_run_merged(p, st.current, order[st.next + 1]) : !try_run(p, st.current)) break;
+          st.next += step;
+          ran += std::size_t(step);
+          if (st.next < order.size()) st.current = order[st.next];
         }
       }
       if (ran == 0) throw std::logic_error("tedsim: pipeline timeline deadlocked (a schedule order its dependencies cannot run)");
@@ -193,37 +215,39 @@ class PipelineTimeline {
     return (std::size_t(mb) * std::size_t(P_ * V_) + std::size_t(vstage)) * 2 + (backward ? 1 : 0);
   }
 
-  // Runs `task` on stage `p` if its input is there; false if it must wait for another stage.
-  bool try_run(int p, const PipelineTask& task) {
+  // When `task`'s input is there on stage `p` (false: another stage has not produced it yet);
+  // `crossed`: it came over a pipeline link.
+  bool input_ready(int p, const PipelineTask& task, double& ready, bool& crossed) const {
     const int virtual_stages = P_ * V_;
     const int vstage = task.chunk * P_ + p;
     const std::size_t self = key(task.microbatch, vstage, task.backward);
-    double ready = 0;
-    bool crossed = false;
+    ready = 0;
+    crossed = false;
     if (!task.backward) {
       if (vstage > 0) {
-        const std::size_t dep = key(task.microbatch, vstage - 1, false);
-        if (finish_[dep] < 0) return false;
+        if (finish_[key(task.microbatch, vstage - 1, false)] < 0) return false;
         ready = transfer_end_[self];
         crossed = true;
       }
     } else if (vstage == virtual_stages - 1) {
       ready = finish_[key(task.microbatch, vstage, false)];  // the loss: this stage's own forward
     } else {
-      const std::size_t dep = key(task.microbatch, vstage + 1, true);
-      if (finish_[dep] < 0) return false;
+      if (finish_[key(task.microbatch, vstage + 1, true)] < 0) return false;
       ready = transfer_end_[self];
       crossed = true;
     }
+    return true;
+  }
+
+  // The compute stream of stage `p` idles until `ready` (if later than it is free): waiting on the
+  // transfer while it is in flight (from `transfer_start`; < 0: no transfer), on the neighbour's
+  // compute before. Returns when the pass starts.
+  double idle_until(int p, double ready, double transfer_start) {
     StageState& st = stages_[std::size_t(p)];
     const double start = std::max(st.compute_free, ready);
     if (start > st.compute_free) {
-      // Idle: waiting on the transfer while it is in flight, on the neighbour's compute before.
       double in_flight = 0;
-      if (crossed) {
-        const double lo = std::max(st.compute_free, transfer_start_[self]);
-        in_flight = std::max(0.0, start - lo);
-      }
+      if (transfer_start >= 0) in_flight = std::max(0.0, start - std::max(st.compute_free, transfer_start));
       const double bubble = start - st.compute_free - in_flight;
       st.exposed[int(Phase::pp_p2p)] += in_flight;
       st.exposed[int(Phase::pp_bubble)] += bubble;
@@ -234,20 +258,97 @@ class PipelineTimeline {
       if (trace_ && in_flight > 0)
         trace_->add({"wait for p2p", "activation or gradient in flight", Phase::pp_p2p, Stream::compute, start - in_flight, in_flight, p});
     }
+    return start;
+  }
+
+  // The arrival waits of a pass's collectives for their groups' last members (arrival_skew.hpp).
+  double arrival_waits(StageState& st, const std::vector<const Block*>& blocks) {
+    if (!skew_.active()) return 0;
+    PhaseTimes waits{};
+    double waited = 0;
+    for (const Block* b : blocks) waited += skew_.walk(*b, st.clock, waits);
+    for (int i = 0; i < kPhaseCount; ++i) {
+      st.exposed[i] += waits[i];
+      st.busy[i] += waits[i];
+    }
+    st.times.busy_s += waited;
+    return waited;
+  }
+
+  // A forward of chunk `f` merged with a backward of chunk `b` on stage `p`: layer pairs as
+  // overlapped_pair.hpp runs them, the layers one chunk has more and its embedding, head and MTP
+  // modules alone. Memoized per chunk pair.
+  const MergedTime& merged_time(int p, int f, int b) {
+    const std::size_t i = (std::size_t(p) * V_ + std::size_t(f)) * V_ + std::size_t(b);
+    if (merged_known_[i]) return merged_[i];
+    const ChunkWork& F = work_[std::size_t(p)].chunks[std::size_t(f)];
+    const ChunkWork& B = work_[std::size_t(p)].chunks[std::size_t(b)];
+    MergedTime t;
+    t.seconds = F.forward_alone_s + B.backward_alone_s;
+    const std::size_t pairs = std::min(F.forward_layers.size(), B.backward_layers.size());
+    for (std::size_t k = 0; k < pairs; ++k) t.add(merge_layers(F.forward_layers[k], B.backward_layers[k], sm_fraction_));
+    for (std::size_t k = pairs; k < F.forward_layers.size(); ++k) t.seconds += F.forward_layers[k].total();
+    for (std::size_t k = pairs; k < B.backward_layers.size(); ++k) t.seconds += B.backward_layers[k].total();
+    merged_known_[i] = true;
+    return merged_[i] = t;
+  }
+
+  // Runs forward `fwd` and backward `bwd` as one merged step on stage `p` once both inputs are there.
+  bool try_run_merged(int p, const PipelineTask& fwd, const PipelineTask& bwd) {
+    double ready_f = 0, ready_b = 0;
+    bool crossed_f = false, crossed_b = false;
+    if (!input_ready(p, fwd, ready_f, crossed_f) || !input_ready(p, bwd, ready_b, crossed_b)) return false;
+    const int vf = fwd.chunk * P_ + p, vb = bwd.chunk * P_ + p;
+    const std::size_t kf = key(fwd.microbatch, vf, false), kb = key(bwd.microbatch, vb, true);
+    // The later input sets the start; the idle before it is that input's.
+    const bool backward_later = ready_b >= ready_f;
+    const double transfer_start = backward_later ? (crossed_b ? transfer_start_[kb] : -1.0) : (crossed_f ? transfer_start_[kf] : -1.0);
+    const double start = idle_until(p, std::max(ready_f, ready_b), transfer_start);
+    StageState& st = stages_[std::size_t(p)];
+    const ChunkWork& F = work_[std::size_t(p)].chunks[std::size_t(fwd.chunk)];
+    const ChunkWork& B = work_[std::size_t(p)].chunks[std::size_t(bwd.chunk)];
+    const double waited = arrival_waits(st, F.forward_blocks) + arrival_waits(st, B.backward_blocks);
+    const MergedTime& t = merged_time(p, fwd.chunk, bwd.chunk);
+    // finish_step books both passes whole; the merge hid communication and slowed the compute.
+    const double hidden_a2a = std::min(t.hidden_a2a, F.forward.phases[int(Phase::ep_alltoall)] + B.backward.phases[int(Phase::ep_alltoall)]);
+    st.exposed[int(Phase::ep_alltoall)] -= hidden_a2a;
+    st.exposed[int(Phase::compute)] += t.contention - t.hidden_other - (t.hidden_a2a - hidden_a2a);
+    st.busy[int(Phase::compute)] += t.contention;
+    st.times.busy_s += t.seconds - F.forward.seconds - B.backward.seconds;
+    if (trace_)
+      trace_->add({"forward + backward (expert all-to-all overlap)",
+                   "forward microbatch " + std::to_string(fwd.microbatch) + ", backward microbatch " + std::to_string(bwd.microbatch),
+                   Phase::compute, Stream::compute, start, t.seconds + waited, p});
+    const double end = start + t.seconds + waited;
+    st.compute_free = end;
+    finish_[kf] = finish_[kb] = end;
+    const double gathers = F.zero3_hidden_fwd + B.zero3_hidden_bwd;
+    if (gathers > 0) st.dp_free = std::max(st.dp_free, start) + gathers;
+    if (c_.zero >= 2 || bwd.microbatch == mb_count_ - 1) {
+      // The backward's gradients, at their share of the merged step.
+      const double scale = B.backward.seconds > 0 ? (end - start) / B.backward.seconds : 0.0;
+      for (const GradReady& g : B.grads) add_grads(p, g.nonexpert, g.expert, start + std::min(g.offset * scale, end - start), bwd.microbatch);
+      flush(p, end, bwd.microbatch);
+    }
+    send_result(p, fwd, vf, end);
+    send_result(p, bwd, vb, end);
+    return true;
+  }
+
+  // Runs `task` on stage `p` if its input is there; false if it must wait for another stage.
+  bool try_run(int p, const PipelineTask& task) {
+    const int vstage = task.chunk * P_ + p;
+    const std::size_t self = key(task.microbatch, vstage, task.backward);
+    double ready = 0;
+    bool crossed = false;
+    if (!input_ready(p, task, ready, crossed)) return false;
+    StageState& st = stages_[std::size_t(p)];
+    const double start = idle_until(p, ready, crossed ? transfer_start_[self] : -1.0);
     // Every pass runs once per micro-batch: finish_step adds their phase times in one go.
     const ChunkWork& cw = work_[std::size_t(p)].chunks[std::size_t(task.chunk)];
     const Span& span = task.backward ? cw.backward : cw.forward;
     // The waits at this pass's collectives for their groups' last members (arrival_skew.hpp).
-    double waited = 0;
-    if (skew_.active()) {
-      PhaseTimes waits{};
-      for (const Block* b : task.backward ? cw.backward_blocks : cw.forward_blocks) waited += skew_.walk(*b, st.clock, waits);
-      for (int i = 0; i < kPhaseCount; ++i) {
-        st.exposed[i] += waits[i];
-        st.busy[i] += waits[i];
-      }
-      st.times.busy_s += waited;
-    }
+    const double waited = arrival_waits(st, task.backward ? cw.backward_blocks : cw.forward_blocks);
     if (trace_) trace_pass(p, task, cw, start);
     const double end = start + span.seconds + waited;
     st.compute_free = end;
@@ -469,6 +570,9 @@ class PipelineTimeline {
   int P_, V_;
   int mb_count_ = 0;
   double full_ne_bucket_s_ = -1, full_ex_bucket_s_ = -1;  // a full bucket's sync, once one fills
+  double sm_fraction_ = 0;  // of the compute's SMs the all-to-all kernels hold while overlapped
+  std::vector<MergedTime> merged_;  // merged steps by (stage, forward chunk, backward chunk)
+  std::vector<bool> merged_known_;
   std::vector<double> finish_, transfer_start_, transfer_end_;
   std::vector<StageState> stages_;
   std::vector<StageOrder> orders_;
@@ -555,7 +659,7 @@ SimResult simulate(const ModelSpec& m, const ParallelConfig& c, const Workload& 
   const ArrivalSkew skew(c, w);
   PipelineTimeline timeline(m, c, w, map, work, skew, trace);
   const int total = w.shape.ga;
-  if (!trace && map.pp == 1 && c.zero < 2 && total > 1) {
+  if (!trace && map.pp == 1 && c.zero < 2 && total > 1 && !c.moe_a2a_overlap) {
     // One stage syncing only after its last micro-batch: the others run back to back before it,
     // with nothing to wait for, so the timeline is one micro-batch's, shifted by theirs.
     const ChunkWork& cw = work[0].chunks[0];
@@ -612,7 +716,7 @@ SimResult simulate(const ModelSpec& m, const ParallelConfig& c, const Workload& 
 
 }  // namespace
 
-double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageMap& map) {
+double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageMap& map, bool a2a_overlap) {
   double busiest = 0;
   for (int p = 0; p < map.pp; ++p) {
     double stage = 0;
@@ -623,6 +727,8 @@ double iteration_lower_bound(const ModelSpec& m, const Workload& w, const StageM
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer) {
         const LayerBlocks& l = w.layer_blocks(m, layer);
         stage += l.forward.seconds + l.recompute.seconds + l.backward.seconds;
+        if (a2a_overlap)
+          stage -= l.forward.phase_seconds[int(Phase::ep_alltoall)] + l.backward.phase_seconds[int(Phase::ep_alltoall)];
       }
     }
     busiest = std::max(busiest, stage);

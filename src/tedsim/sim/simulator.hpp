@@ -47,8 +47,10 @@ struct SimResult {
 SimResult simulate_iteration(const ModelSpec& model, const ParallelConfig& config, const Workload& workload,
                              const StageMap& stage_map, TraceRecorder* trace = nullptr);
 // No timeline is faster than its busiest stage's compute stream: every micro-batch's forward and
-// backward of that stage's chunks, back to back. Cheap; search prunes with it.
-double iteration_lower_bound(const ModelSpec& model, const Workload& workload, const StageMap& stage_map);
+// backward of that stage's chunks, back to back, less every expert all-to-all where they may run
+// overlapped (`a2a_overlap`). Cheap; search prunes with it.
+double iteration_lower_bound(const ModelSpec& model, const Workload& workload, const StageMap& stage_map,
+                             bool a2a_overlap = false);
 // Same, with the configuration's own stage map.
 SimResult simulate_iteration(const ModelSpec& model, const ParallelConfig& config, const Workload& workload,
                              TraceRecorder* trace = nullptr);

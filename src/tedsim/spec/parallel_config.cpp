@@ -60,6 +60,18 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     return "the interleaved schedule (vpp " + s(c.vpp) + ") needs micro-batches per iteration (" + s(c.grad_accum()) +
            ") divisible by pp " + s(c.pp) + ", as Megatron-Core requires";
   if (c.cac && !c.full_recompute()) return "communication-aware checkpointing (cac) needs full recompute (activation checkpointing)";
+  if (c.moe_a2a_overlap) {
+    // Megatron-Core's own checks (transformer_config.py at 2edffadb).
+    const std::string what = "expert all-to-all overlap (--moe-a2a-overlap)";
+    if (c.ep == 1) return what + " needs expert parallelism (ep > 1)";
+    if (c.pp > 1 && c.vpp == 1) return what + " with pipeline stages needs the interleaved schedule (vpp > 1), as Megatron-Core requires";
+    if (c.full_recompute()) return what + " cannot run with full recompute (Megatron-Core refuses it)";
+    if (c.recomputes(kRecomputeMoe)) return what + " cannot recompute the moe module (Megatron-Core refuses it)";
+    if (c.cuda_graph_scopes & kGraphMlp) return what + " cannot capture the mlp scope in CUDA graphs (Megatron-Core refuses it)";
+    if (c.shared_expert_overlap)
+      return what + " cannot run with --shared-expert-overlap (Megatron-Core refuses it: the shared experts then run after the router)";
+    if (c.moe_a2a_overlap_sms <= 0) return "--moe-a2a-overlap-sms must be positive, got " + s(c.moe_a2a_overlap_sms);
+  }
   return {};
 }
 
@@ -82,6 +94,7 @@ std::string ParallelConfig::describe() const {
   if (moe_dispatcher == MoeDispatcher::flex) text += " flex";
   if (adam_moments != Dtype::fp32) text += " m16";
   if (cuda_graph_scopes != 0) text += " cg(" + cuda_graph_scopes_text(cuda_graph_scopes) + ")";
+  if (moe_a2a_overlap) text += " a2ao";
   text += layout == RankLayout::ted ? " ted" : " dbe";
   return text;
 }

@@ -56,6 +56,14 @@ struct ParallelConfig {
   // nothing for backward; TED's step (validate's runtime, DeepSpeed) weights the outputs at the
   // combine and keeps the combine's input for the weights' gradient. validate sets it.
   bool moe_weights_at_combine = false;
+  // Megatron-Core's --overlap-moe-expert-parallel-comm ("combined 1F1B"): in the steady state each
+  // forward is merged with the next backward, layer by layer, so one micro-batch's expert
+  // all-to-alls run on a communication stream while the other computes (sim/overlapped_pair.hpp).
+  // The all-to-all kernels then hold `moe_a2a_overlap_sms` SMs the overlapped compute runs without:
+  // Megatron-Core's --moe-deepep-num-sms default is 20 (transformer_config.py at 2edffadb);
+  // Megatron-Bridge's HybridEP recipes set --moe-hybridep-num-sms 32.
+  bool moe_a2a_overlap = false;
+  int moe_a2a_overlap_sms = 20;
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage

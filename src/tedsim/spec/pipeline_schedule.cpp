@@ -4,13 +4,18 @@
 
 namespace tedsim {
 
-int warmup_forwards(int stage, int pp, int vpp, int microbatches) {
-  if (vpp == 1) return std::min(pp - stage - 1, microbatches);
-  return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, microbatches * vpp);
+int warmup_forwards(int stage, int pp, int vpp, int microbatches, bool merged) {
+  const int extra = merged ? 1 : 0;
+  if (vpp == 1) return std::min(pp - stage - 1 + extra, microbatches);
+  return std::min((pp - stage - 1) * 2 + (vpp - 1) * pp + extra, microbatches * vpp);
 }
 
-StageOrder::StageOrder(int stage, int pp, int vpp, int microbatches)
-    : pp_(pp), vpp_(vpp), total_(microbatches * vpp), warmup_(warmup_forwards(stage, pp, vpp, microbatches)) {}
+StageOrder::StageOrder(int stage, int pp, int vpp, int microbatches, bool merged)
+    : pp_(pp),
+      vpp_(vpp),
+      total_(microbatches * vpp),
+      warmup_(warmup_forwards(stage, pp, vpp, microbatches, merged)),
+      merged_(merged) {}
 
 PipelineTask StageOrder::pass(int k, bool backward) const {
   PipelineTask t;
@@ -35,8 +40,8 @@ PipelineTask StageOrder::operator[](int i) const {
   return pass(steady + (j - 2 * steady), true);
 }
 
-std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches) {
-  const StageOrder order(stage, pp, vpp, microbatches);
+std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches, bool merged) {
+  const StageOrder order(stage, pp, vpp, microbatches, merged);
   std::vector<PipelineTask> tasks;
   tasks.reserve(std::size_t(order.size()));
   for (int i = 0; i < order.size(); ++i) tasks.push_back(order[i]);
@@ -57,8 +62,8 @@ double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes) 
   return peak;
 }
 
-double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes) {
-  const int total = microbatches * vpp, warmup = warmup_forwards(stage, pp, vpp, microbatches);
+double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes, bool merged) {
+  const int total = microbatches * vpp, warmup = warmup_forwards(stage, pp, vpp, microbatches, merged);
   const int group = pp * vpp;
   // Chunks of one size: the warm-up forwards and one more are the peak.
   bool equal = true;

@@ -11,6 +11,12 @@
 // get_pp_rank_microbatches; older releases ran every forward first when m == P); micro-batches
 // advance through the chunks in groups of P: forward k runs
 // chunk (k mod PV) / P of micro-batch (k / PV) * P + k mod P, backward k the chunks in reverse.
+//
+// Expert all-to-all overlap (Megatron-Core's combined 1F1B, `merged`): one more warm-up forward,
+// so that each steady-state forward and the backward after it are of independent micro-batches
+// and run as one merged step (schedules.py at 2edffadb: "to ensure the forward and backward
+// computations are independent in all 1f1b steps"; one stage runs forward 0 alone, then forward
+// k + 1 with backward k).
 #include <vector>
 
 namespace tedsim {
@@ -22,26 +28,32 @@ struct PipelineTask {
 };
 
 // Warm-up forwards of `stage` under the schedule for P stages, V chunks, m micro-batches.
-int warmup_forwards(int stage, int pp, int vpp, int microbatches);
+int warmup_forwards(int stage, int pp, int vpp, int microbatches, bool merged = false);
 // The i-th task of `stage` in the order its compute stream runs them (0 <= i < 2 * m * V).
 class StageOrder {
  public:
-  StageOrder(int stage, int pp, int vpp, int microbatches);
+  StageOrder(int stage, int pp, int vpp, int microbatches, bool merged = false);
   int size() const { return 2 * total_; }
   PipelineTask operator[](int i) const;
+  // Merged schedules: task i is a steady-state forward that runs as one step with task i + 1 (a backward).
+  bool merges_with_next(int i) const {
+    const int j = i - warmup_;
+    return merged_ && j >= 0 && j < 2 * (total_ - warmup_) && j % 2 == 0;
+  }
 
  private:
   PipelineTask pass(int k, bool backward) const;
   int pp_, vpp_, total_, warmup_;
+  bool merged_;
 };
 // All of them, for tests and memory replays.
-std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches);
+std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatches, bool merged = false);
 // Most bytes of activations `stage` keeps at once under `order`: each forward of chunk c keeps
 // chunk_bytes[c] until its backward. Replays the whole order.
 double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes);
 // Same for the schedule of `stage`, without the replay: after the warm-up, forward k + w and
 // backward k alternate, and which chunks they touch repeats every P * V passes, so the peak is
 // reached within the first P * V steady steps. O(P * V).
-double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes);
+double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes, bool merged = false);
 
 }  // namespace tedsim

@@ -82,6 +82,10 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
     t.device.fp8_recipe = Fp8Recipe::mxfp8;
   else if (recipe != "tensor")
     device.fail("fp8_recipe", "expected tensor (per-tensor current scaling) or mxfp8 (block scaling), got '" + recipe + "'");
+  if (device.has("sms")) {
+    if (t.device.kind != "gpu") device.fail("sms", "streaming multiprocessors describe a GPU; this device is a CPU");
+    t.device.sms = int(device.positive_integer("sms"));
+  }
   device.reject_unknown_keys();
 
   t.devices_per_node = int(root.positive_integer("devices_per_node"));

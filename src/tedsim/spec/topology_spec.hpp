@@ -24,6 +24,9 @@ struct DeviceSpec {
   // current scaling (Hopper) or MXFP8 block scaling (Blackwell). It sets the bytes of the
   // quantization kernels around each FP8 GEMM (Profile::fp8_quantize).
   Fp8Recipe fp8_recipe = Fp8Recipe::tensor;
+  // Streaming multiprocessors (optional; 0: not given): what a kernel that holds some of them
+  // leaves to the compute it overlaps (the expert all-to-all overlap, sim/overlapped_pair.hpp).
+  int sms = 0;
   double peak_tflops_of(Dtype d) const { return peak_tflops[int(d)]; }
 };
 
