@@ -90,7 +90,7 @@ double host_memory_per_rank(int world_size) {
 }
 
 // What the training step runs: the TED decoder (layernorm, or RMSNorm on the CPU backend; no
-// biases; no rotary embeddings; multi-head or grouped-query attention, head_dim apart from
+// biases; rotary embeddings without frequency scaling; multi-head or grouped-query attention, head_dim apart from
 // hidden/heads on the CPU backend) with routed experts of any width, shared experts, dense and MoE
 // layers in any pattern; on the CPU backend every router of kernels/cpu/router.hpp and dropless
 // routing over all-to-all-v (with expert TP and without DTD when t > 1), on the CUDA backend
@@ -102,7 +102,6 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
   if (m.head_dim() * m.heads != m.hidden && backend == Backend::cuda)
     return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads on the CUDA backend (the CPU backend runs it)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
-  if (m.rotary_dim > 0) return "rotary position embeddings";
   if (m.sliding_window > 0) return "sliding-window attention";
   if (!m.is_moe()) return {};
   const MoeSpec& e = m.moe;

@@ -27,6 +27,8 @@ const char* step_kernel_kind(const std::string& name) {
       {"layernorm_backward", "norms"},
       {"rmsnorm_forward", "norms"},
       {"rmsnorm_backward", "norms"},
+      {"rotary_forward", "residuals and element-wise"},
+      {"rotary_backward", "residuals and element-wise"},
       {"gelu_forward", "activations"},
       {"gelu_backward", "activations"},
       {"swiglu_forward", "activations"},

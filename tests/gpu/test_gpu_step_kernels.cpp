@@ -21,6 +21,7 @@
 #include "tedsim/kernels/cpu/gemm.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/kernels/cpu/rmsnorm.hpp"
+#include "tedsim/kernels/cpu/rotary.hpp"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
 #include "tedsim/kernels/device.hpp"
@@ -232,6 +233,31 @@ TEST_F(GpuStep, RmsNormForwardAndBackwardMatchCpu) {
       expect_close_to_max(dgx.host(), gx, 1e-4, "grad_x" + what);
       expect_close_to_max(dgg.host(), gg, 1e-4, "grad_gamma" + what);
     }
+  }
+}
+
+TEST_F(GpuStep, RotaryForwardAndBackwardMatchCpu) {
+  // Whole and partial rotation (rotary_dim < head_dim), rows spanning several sequences, and a row
+  // stride past the rotated heads (the qkv projection's value columns), which must stay untouched.
+  struct Case {
+    int rows, seq, heads, head_dim, rotary_dim, extra;
+  };
+  for (const Case c : {Case{1, 1, 1, 2, 2, 0}, Case{96, 32, 12, 64, 64, 256}, Case{300, 100, 5, 128, 32, 7}}) {
+    const int stride = c.heads * c.head_dim + c.extra;
+    const std::size_t n = static_cast<std::size_t>(c.rows) * stride, table = std::size_t(c.seq) * c.rotary_dim / 2;
+    std::vector<float> cos(table), sin(table);
+    rotary_table(c.seq, c.rotary_dim, 1e6, cos.data(), sin.data());
+    const auto x = random_vector(n, 41, -2, 2);
+    auto y = x, g = x;
+    rotary_forward(c.rows, c.seq, c.heads, c.head_dim, c.rotary_dim, stride, cos.data(), sin.data(), y.data());
+    rotary_backward(c.rows, c.seq, c.heads, c.head_dim, c.rotary_dim, stride, cos.data(), sin.data(), g.data());
+    DevF dcos(cos), dsin(sin), dy(x), dg(x);
+    cu::rotary_forward(c.rows, c.seq, c.heads, c.head_dim, c.rotary_dim, stride, dcos.ptr(), dsin.ptr(), dy.ptr());
+    cu::rotary_backward(c.rows, c.seq, c.heads, c.head_dim, c.rotary_dim, stride, dcos.ptr(), dsin.ptr(), dg.ptr());
+    const std::string what = " rows " + std::to_string(c.rows) + " head_dim " + std::to_string(c.head_dim) +
+                             " rotary " + std::to_string(c.rotary_dim);
+    expect_close_to_max(dy.host(), y, 1e-6, "rotary_forward" + what);
+    expect_close_to_max(dg.host(), g, 1e-6, "rotary_backward" + what);
   }
 }
 

@@ -35,9 +35,10 @@ inline ModelSpec small_moe(int layers = 2, Activation act = Activation::gelu, bo
 enum TodaysMoe {
   kTedModel = 0,        // small_moe(4): capacity-based top-2 softmax gating
   kDroplessShared = 1,  // dropless top-4 of 8 experts a quarter of the dense width, a shared expert,
-                        // a dense first layer, SwiGLU, RMSNorm, renormalized softmax-top-k
+                        // a dense first layer, SwiGLU, RMSNorm, renormalized softmax-top-k, RoPE
   kSigmoidGroups = 2,   // DeepSeek-V3's sigmoid router, renormalized, scaled 2.5, within 2 of 4 groups, dropless
-  kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity; head_dim 16 != hidden / heads
+  kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity; head_dim 16 != hidden / heads,
+                        // RoPE on half of each head at Qwen3's base
 };
 
 inline ModelSpec small_todays_moe(TodaysMoe kind) {
@@ -55,6 +56,7 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
     m.moe.router = Router::softmax_topk;
     m.moe.normalize_topk = true;
     m.norm = Norm::rmsnorm;
+    m.rotary_dim = m.head_dim();
   } else if (kind == kSigmoidGroups) {
     m.moe.router = Router::sigmoid;
     m.moe.normalize_topk = true;
@@ -64,6 +66,8 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
   } else {
     m.moe.router = Router::topk_softmax;
     m.head_dim_given = 16;  // Qwen3's way: heads x head_dim (64) apart from hidden (32)
+    m.rotary_dim = 8;       // partial rotation (partial_rotary_factor 0.5)
+    m.rope_theta = 1e6;
   }
   m.validate("runtime test model");
   return m;

@@ -63,6 +63,8 @@ const std::map<std::string, Check>& priced_as() {
       {"layernorm_backward", of_kind(KernelKind::layernorm)},
       {"rmsnorm_forward", of_kind(KernelKind::layernorm)},
       {"rmsnorm_backward", of_kind(KernelKind::layernorm)},
+      {"rotary_forward", named("rotary")},
+      {"rotary_backward", named("rotary")},
       {"gelu_forward", of_kind(KernelKind::activation)},
       {"gelu_backward", of_kind(KernelKind::activation)},
       {"swiglu_forward", of_kind(KernelKind::activation)},

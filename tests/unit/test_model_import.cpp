@@ -159,9 +159,10 @@ TEST(ModelImport, QwenSparseStepAndDenseOnlyLayersFollowHuggingFace) {
 TEST(ModelImport, EveryUnreadKeyIsEitherIgnoredByNameOrAnError) {
   const std::string ok = write_temp("ok.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 256,
     "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
-    "rope_theta": 10000.0, "bos_token_id": 1})");
+    "rope_theta": 500000.0, "rope_scaling": null, "bos_token_id": 1})");
   const HfImport imported = import_hf_config(ok);
-  EXPECT_EQ(imported.ignored, (std::vector<std::string>{"bos_token_id", "rope_theta"}));
+  EXPECT_EQ(imported.ignored, (std::vector<std::string>{"bos_token_id", "rope_scaling"}));
+  EXPECT_EQ(imported.model.rope_theta, 500000.0);  // read: validate's step rotates with it
   const std::string bad = write_temp("bad.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 256,
     "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
     "num_experts": 8})");
@@ -171,6 +172,17 @@ TEST(ModelImport, EveryUnreadKeyIsEitherIgnoredByNameOrAnError) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("key 'num_experts': not understood for LlamaForCausalLM"), std::string::npos) << e.what();
   }
+}
+
+TEST(ModelImport, RopeBaseFromEitherKeyOrTheDefault) {
+  const std::string shape = R"("architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000)";
+  // transformers 5 nests the base in rope_parameters.
+  const std::string nested = write_temp("nested.json", "{" + shape + R"(, "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}})");
+  EXPECT_EQ(import_hf_config(nested).model.rope_theta, 1e6);
+  const std::string none = write_temp("none.json", "{" + shape + "}");
+  EXPECT_EQ(import_hf_config(none).model.rope_theta, kDefaultRopeTheta);
+  EXPECT_EQ(import_hf_config(none).model.rotary_dim, 64);  // the whole head: 256 / 4
 }
 
 TEST(ModelSummary, ForwardFlopsAreTwiceTheActiveWeightsPlusTheAttentionCore) {

@@ -56,6 +56,16 @@ class CensusOps final : public StepOps {
     const Call call = count("rmsnorm_backward", double(rows) * h);
     in_->rmsnorm_backward(rows, h, x, g, rstd, gy, gx, gg);
   }
+  void rotary_forward(int rows, int seq, int heads, int hd, int rd, int stride, const float* cos, const float* sin,
+                      float* x) override {
+    const Call call = count("rotary_forward", double(rows) * heads * rd);
+    in_->rotary_forward(rows, seq, heads, hd, rd, stride, cos, sin, x);
+  }
+  void rotary_backward(int rows, int seq, int heads, int hd, int rd, int stride, const float* cos, const float* sin,
+                       float* g) override {
+    const Call call = count("rotary_backward", double(rows) * heads * rd);
+    in_->rotary_backward(rows, seq, heads, hd, rd, stride, cos, sin, g);
+  }
   void gelu_forward(std::size_t n, const float* x, float* y) override {
     const Call call = count("gelu_forward", double(n));
     in_->gelu_forward(n, x, y);

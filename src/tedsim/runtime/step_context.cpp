@@ -2,6 +2,10 @@
 // collectives with CAC's record and replay.
 #include "tedsim/runtime/step_context.hpp"
 
+#include <vector>
+
+#include "tedsim/kernels/cpu/rotary.hpp"
+
 namespace tedsim::runtime {
 
 void StepContext::mm(int m, int n, int k, const float* a, const float* b, float* c, float beta) {
@@ -22,6 +26,28 @@ void StepContext::mm_at_acc(int m, int n, int k, const float* a, const float* b,
   op.trans_a = true;
   op.beta = 1.0f;
   ops.gemm(op, m, n, k, a, m, b, n, c, n);
+}
+
+void StepContext::rotary_forward(float* qkv) {
+  const StepDims& d = dims;
+  if (d.rotary_dim == 0) return;
+  if (rope_cos.empty()) {
+    const std::size_t n = static_cast<std::size_t>(d.seq) * (d.rotary_dim / 2);
+    std::vector<float> cos(n), sin(n);
+    kernels::rotary_table(d.seq, d.rotary_dim, model.rope_theta, cos.data(), sin.data());
+    ops.from_host(cos.data(), ensure(rope_cos, n), n);
+    ops.from_host(sin.data(), ensure(rope_sin, n), n);
+  }
+  // The query heads, then the key heads: the first (heads + kv_heads) x head_dim columns.
+  ops.rotary_forward(d.tokens, d.seq, d.local_heads + d.local_kv_heads, d.head_dim, d.rotary_dim, d.local_qkv_width,
+                     rope_cos.data(), rope_sin.data(), qkv);
+}
+
+void StepContext::rotary_backward(float* grad_qkv) {
+  const StepDims& d = dims;
+  if (d.rotary_dim == 0) return;
+  ops.rotary_backward(d.tokens, d.seq, d.local_heads + d.local_kv_heads, d.head_dim, d.rotary_dim, d.local_qkv_width,
+                      rope_cos.data(), rope_sin.data(), grad_qkv);
 }
 
 void StepContext::activation_forward(int rows, int width, const float* x, float* y) {

@@ -37,6 +37,7 @@ struct StepDims {
   int routed_tokens = 0;  // the tokens the router of this rank routes (its local tokens)
   // Attention on this rank: heads, key/value heads, their width, and q + k + v side by side.
   int local_heads = 0, local_kv_heads = 0, head_dim = 0, local_q_width = 0, local_kv_width = 0, local_qkv_width = 0;
+  int rotary_dim = 0;  // RoPE: the rotated dimensions of each query and key head (0: none)
   bool swiglu = false;
   int ffn_local = 0, ffn_fc1_local = 0;              // dense MLP: width, and fc1's output (2x with SwiGLU)
   int expert_width = 0;                              // a routed expert's full width
@@ -100,6 +101,7 @@ struct StepContext {
   StepDims dims;
   kernels::RouterConfig router_cfg;
   Workspace ws;
+  Tensor rope_cos, rope_sin;  // RoPE's [seq, rotary_dim / 2] table, kept across steps
 
   // Collective bookkeeping.
   CommMode mode = CommMode::live;
@@ -141,6 +143,10 @@ struct StepContext {
   HeadShape head_shape() const {
     return HeadShape{dims.micro_batch, dims.seq, dims.local_heads, dims.local_kv_heads, dims.head_dim};
   }
+  // RoPE on the query and key heads of the qkv projection's [T, qkv_width] rows, in place, and
+  // its gradient; nothing for a model without it. The cos/sin table is built on first use.
+  void rotary_forward(float* qkv);
+  void rotary_backward(float* grad_qkv);
   // The model's activation (GeLU, or SwiGLU over fc1's two halves) on rows x width outputs.
   void activation_forward(int rows, int width, const float* x, float* y);
   void activation_backward(int rows, int width, const float* x, const float* gy, float* gx);

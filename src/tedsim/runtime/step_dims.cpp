@@ -30,6 +30,7 @@ StepDims step_dims(const ModelSpec& model, const ParallelConfig& cfg, int tensor
   d.local_q_width = d.local_heads * d.head_dim;
   d.local_kv_width = d.local_kv_heads * d.head_dim;
   d.local_qkv_width = d.local_q_width + 2 * d.local_kv_width;
+  d.rotary_dim = model.rotary_dim;
   d.swiglu = model.activation == Activation::swiglu;
   const int gated = d.swiglu ? 2 : 1;  // fc1 holds SwiGLU's gate and up halves
   d.ffn_local = model.ffn / t;

@@ -62,6 +62,12 @@ class StepOps {
                                float* rstd) = 0;
   virtual void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd,
                                 const float* grad_y, float* grad_x, float* grad_gamma) = 0;
+  // Rotary position embeddings (kernels/cpu/rotary.hpp), in place on token rows; cos and sin are
+  // kernels::rotary_table's, in this backend's memory.
+  virtual void rotary_forward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride,
+                              const float* cos, const float* sin, float* x) = 0;
+  virtual void rotary_backward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride,
+                               const float* cos, const float* sin, float* grad) = 0;
   virtual void gelu_forward(std::size_t n, const float* x, float* y) = 0;
   virtual void gelu_backward(std::size_t n, const float* x, const float* grad_y, float* grad_x) = 0;
   virtual void swiglu_forward(int rows, int ffn, const float* x, float* y) = 0;

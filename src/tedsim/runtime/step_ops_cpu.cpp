@@ -11,6 +11,7 @@
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/kernels/cpu/rmsnorm.hpp"
+#include "tedsim/kernels/cpu/rotary.hpp"
 #include "tedsim/runtime/step_ops.hpp"
 
 namespace tedsim::runtime {
@@ -63,6 +64,14 @@ class CpuStepOps final : public StepOps {
   void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd, const float* grad_y,
                         float* grad_x, float* grad_gamma) override {
     kernels::rmsnorm_backward(rows, hidden, x, gamma, rstd, grad_y, grad_x, grad_gamma);
+  }
+  void rotary_forward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride, const float* cos,
+                      const float* sin, float* x) override {
+    kernels::rotary_forward(rows, seq, heads, head_dim, rotary_dim, row_stride, cos, sin, x);
+  }
+  void rotary_backward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride, const float* cos,
+                       const float* sin, float* grad) override {
+    kernels::rotary_backward(rows, seq, heads, head_dim, rotary_dim, row_stride, cos, sin, grad);
   }
   void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                           const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma,

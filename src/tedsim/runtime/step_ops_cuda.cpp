@@ -109,6 +109,14 @@ class CudaStepOps final : public StepOps {
                         const float* grad_y, float* grad_x, float* grad_gamma) override {
     cu::rmsnorm_backward(rows, hidden, x, gamma, rstd, grad_y, grad_x, grad_gamma);
   }
+  void rotary_forward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride, const float* cos,
+                      const float* sin, float* x) override {
+    cu::rotary_forward(rows, seq, heads, head_dim, rotary_dim, row_stride, cos, sin, x);
+  }
+  void rotary_backward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride, const float* cos,
+                       const float* sin, float* grad) override {
+    cu::rotary_backward(rows, seq, heads, head_dim, rotary_dim, row_stride, cos, sin, grad);
+  }
   void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                           const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma,
                           float* grad_beta) override {

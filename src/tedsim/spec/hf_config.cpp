@@ -15,12 +15,12 @@ namespace {
 using nlohmann::json;
 
 // Keys that do not change what a training step computes or moves: token ids, initialisation,
-// numerics of norms and rotary embeddings, inference caching, the checkpoint's storage format,
+// numerics of norms, rotary embeddings' frequency scaling, inference caching, the checkpoint's storage format,
 // the auxiliary losses' weights (their cost is a few reductions over the router's output).
 const char* const kIgnoredKeys[] = {
     "_name_or_path", "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
     "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "layer_norm_eps",
-    "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
+    "rope_scaling", "rope_parameters", "max_position_embeddings",
     "initial_context_length", "use_cache", "attention_dropout", "hidden_dropout", "output_router_logits",
     "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise", "pretraining_tp",
     "quantization_config", "auto_map", "id2label", "label2id", "tokenizer_class", "ep_size",
@@ -62,6 +62,13 @@ class HfReader {
     if (!has(key)) return fallback;
     const json& v = root_.at(key);
     if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
+    return v.get<double>();
+  }
+  // `inner` of the object at `key` (transformers 5 nests RoPE's settings in rope_parameters).
+  double nested_number(const std::string& key, const std::string& inner, double fallback) {
+    if (!has(key) || !root_.at(key).is_object() || !root_.at(key).contains(inner)) return fallback;
+    const json& v = root_.at(key).at(inner);
+    if (!v.is_number()) fail(key + "." + inner, "expected a number, got " + v.dump());
     return v.get<double>();
   }
   bool boolean(const std::string& key, bool fallback) {
@@ -185,7 +192,7 @@ void read_activation(HfReader& r, ModelSpec& m) {
   m.activation = Activation::swiglu;
 }
 
-void read_attention(HfReader& r, Family f, ModelSpec& m, HfImport& out) {
+void read_attention(HfReader& r, Family f, ModelSpec& m) {
   m.heads = int(r.positive("num_attention_heads"));
   m.kv_heads = int(r.positive("num_key_value_heads", m.heads));
   if (m.heads % m.kv_heads != 0)
@@ -211,6 +218,9 @@ void read_attention(HfReader& r, Family f, ModelSpec& m, HfImport& out) {
   const double rotary_share = r.number("partial_rotary_factor", 1.0);
   if (!(rotary_share > 0 && rotary_share <= 1)) r.fail("partial_rotary_factor", "expected a share in (0, 1]");
   m.rotary_dim = int(rotary_share * m.head_dim());
+  if (m.rotary_dim % 2 != 0)
+    r.fail("partial_rotary_factor", "rotates " + std::to_string(m.rotary_dim) + " of head_dim " +
+                                        std::to_string(m.head_dim()) + ", an odd count (RoPE rotates pairs)");
   // Qwen2 / Qwen2-MoE put biases on q, k, v always; the others say so with attention_bias.
   if (f == Family::qwen2 || f == Family::qwen2_moe) m.qkv_bias = true;
   else if (f == Family::gpt_oss) m.linear_bias = r.boolean("attention_bias", true);
@@ -387,7 +397,11 @@ HfImport import_hf_config_text(const std::string& text, const std::string& path)
   m.seq_len = kHfDefaultSeqLen;
   m.tie_embeddings = r.boolean("tie_word_embeddings", false);
   read_activation(r, m);
-  read_attention(r, family, m, out);
+  read_attention(r, family, m);
+  // RoPE's base (transformers' default 10000 where the config gives none): the numerics of the
+  // training step's rotation, not its cost.
+  m.rope_theta = r.number("rope_theta", r.nested_number("rope_parameters", "rope_theta", kDefaultRopeTheta));
+  if (!(m.rope_theta > 1)) r.fail("rope_theta", "expected a base above 1, got " + std::to_string(m.rope_theta));
   if (is_moe_family(family)) read_moe(r, family, m);
   m.mtp_layers = int(r.nonnegative("num_nextn_predict_layers", 0));
   out.ignored = r.finish();

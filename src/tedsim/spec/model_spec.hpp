@@ -41,6 +41,9 @@ struct MlaSpec {
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// RoPE's base where a model gives none: RoFormer's, Llama's and transformers' default.
+inline constexpr double kDefaultRopeTheta = 10000.0;
+
 // Measured expert-load imbalance of balanced training: the busiest expert's tokens over the mean.
 // Wang et al., "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts" (arXiv
 // 2408.15664, the balancing DeepSeek-V3 trains with) report the batch-level maximal violation
@@ -88,6 +91,9 @@ struct ModelSpec {
   // Rotary position embedding (RoPE): dimensions of each query and key head it rotates (0: none,
   // GPT-2/3's learned positions). MLA rotates its qk_rope_head_dim part.
   int rotary_dim = 0;
+  // RoPE's base theta: pair i of a head turns by pos * theta^(-2i / rotary_dim). It sets the
+  // numerics of validate's training step, not any cost; frequency scaling (rope_scaling) is not run.
+  double rope_theta = kDefaultRopeTheta;
   // Sliding-window attention: each query attends to its last `sliding_window` keys (0: all), on
   // every layer, or on all but every `full_attention_every`-th (1-based, Megatron-Core's
   // window_attn_skip_freq: gpt-oss windows the odd layers, 2).

@@ -93,6 +93,12 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   m.kv_heads = int(root.positive_integer("kv_heads", m.heads));
   m.head_dim_given = root.has("head_dim") ? int(root.positive_integer("head_dim")) : 0;
   m.rotary_dim = root.has("rotary_dim") ? int(root.positive_integer("rotary_dim")) : 0;
+  if (m.rotary_dim % 2 != 0) root.fail("rotary_dim", "expected an even count (RoPE rotates pairs), got " + std::to_string(m.rotary_dim));
+  if (root.has("rope_theta")) {
+    if (m.rotary_dim == 0) root.fail("rope_theta", "given without rotary_dim (no rotary embeddings to set the base of)");
+    m.rope_theta = root.positive_number("rope_theta");
+    if (m.rope_theta <= 1) root.fail("rope_theta", "expected a base above 1, got " + std::to_string(m.rope_theta));
+  }
   m.sliding_window = root.has("sliding_window") ? int(root.positive_integer("sliding_window")) : 0;
   m.full_attention_every = root.has("full_attention_every") ? int(root.positive_integer("full_attention_every")) : 0;
   if (m.full_attention_every > 0 && m.sliding_window == 0)

@@ -44,6 +44,12 @@ void rmsnorm_forward(int rows, int hidden, float eps, const float* x, const floa
 // cpu/rmsnorm.hpp rmsnorm_backward: grad_x and grad_gamma overwritten.
 void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd,
                       const float* grad_y, float* grad_x, float* grad_gamma);
+// cpu/rotary.hpp rotary_forward / rotary_backward (fp32): x rotated in place; cos and sin are
+// cpu::rotary_table's [seq, rotary_dim / 2], copied to the device.
+void rotary_forward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride, const float* cos,
+                    const float* sin, float* x);
+void rotary_backward(int rows, int seq, int heads, int head_dim, int rotary_dim, int row_stride, const float* cos,
+                     const float* sin, float* grad);
 // cpu/activations.hpp swiglu_backward (fp32): grad_x [rows, 2F] overwritten.
 void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x);
 

@@ -26,6 +26,7 @@ void SelfAttention::forward(StepContext& c, const float* xn, AttentionActs& A, f
   const float* xin = c.sp_gather(xn, c.ws.sp_in, "sp_allgather_attn");
   Tensor& qkv = A.ctx;  // reused: qkv is dead once split into heads
   c.mm(T, qkv_l, h, xin, c.P(qkv_), ensure(qkv, static_cast<std::size_t>(T) * qkv_l));
+  c.rotary_forward(qkv.data());
   const std::size_t hs = static_cast<std::size_t>(bh) * d.seq * d.head_dim;
   c.ops.split_heads(c.head_shape(), qkv.data(), ensure(A.q, hs), ensure(A.k, hs), ensure(A.v, hs));
   c.ops.attention_forward(bh, d.seq, d.head_dim, A.q.data(), A.k.data(), A.v.data(),
@@ -59,6 +60,7 @@ float* SelfAttention::backward(StepContext& c, const float* xn, AttentionActs& A
   if (recompute) release(A.probs);
   float* gqkv = ensure(ws.wide2, static_cast<std::size_t>(T) * qkv_l);
   c.ops.merge_heads_grad(c.head_shape(), gq, gk, gv, gqkv);
+  c.rotary_backward(gqkv);
   float* gxn = ensure(ws.hidden_grad, static_cast<std::size_t>(d.local_tokens) * h);
   float* gxp = c.block_output(gxn);
   c.mm_bt(T, h, qkv_l, gqkv, c.P(qkv_), gxp);

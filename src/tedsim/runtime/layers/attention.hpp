@@ -1,7 +1,8 @@
 #pragma once
 // Causal self-attention with Megatron tensor parallelism: a column-parallel qkv projection (this
-// rank's query heads and key/value heads), the attention core per head, a row-parallel output
-// projection and the block's exit (all-reduce, or reduce-scatter under sequence parallelism).
+// rank's query heads and key/value heads; RoPE on the query and key heads where the model has it),
+// the attention core per head, a row-parallel output projection and the block's exit (all-reduce,
+// or reduce-scatter under sequence parallelism).
 // Selective recompute of the core keeps q, k, v and recomputes the softmax in backward.
 #include <string>
 
