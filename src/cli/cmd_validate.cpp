@@ -21,6 +21,7 @@
 #include "tedsim/comm/communicator.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/core/yaml_reader.hpp"
+#include "tedsim/model/workload.hpp"
 #include "tedsim/profile/analytic_profile.hpp"
 #include "tedsim/report/prediction_json.hpp"
 #include "tedsim/report/text_table.hpp"
@@ -272,18 +273,27 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
           << " activations and messages: expect measured memory and collective times above the prediction\n";
     out << "loss: " << fixed(run.losses.front(), 4) << " (first step) -> " << fixed(run.losses.back(), 4) << " (last)\n";
     // Dropless: the load imbalance the step saw beside the one the prediction assumed, and the
-    // prediction again with the measured one.
-    double measured_imbalance = 0, repredicted_s = 0;
+    // prediction again with the measured load. What sets the pace is the busiest expert rank's
+    // rows; the prediction derives them from the busiest expert's (busiest_rank_load), so it is
+    // re-run with the imbalance that gives the measured rank load.
+    double measured_imbalance = 0, measured_rank_load = 0, repredicted_s = 0;
+    const int ep = in.model.is_moe() ? c.ep : 1;
+    const double assumed_rank_load = busiest_rank_load(in.model.moe.experts, ep, in.model.moe.imbalance);
     if (!run.imbalance.empty()) {
       measured_imbalance = runtime::spread_of(run.imbalance).median;
+      measured_rank_load = runtime::spread_of(run.rank_load).median;
       ModelSpec remodel = in.model;
-      remodel.moe.imbalance = std::max(1.0, measured_imbalance);
+      remodel.moe.imbalance = ep > 1 ? imbalance_for_rank_load(in.model.moe.experts, ep, measured_rank_load)
+                                     : std::max(1.0, measured_imbalance);
       const Evaluator reevaluator(remodel, in.topology, *in.profile);
       repredicted_s = reevaluator.evaluate(c).sim.iteration_s;
       out << "load imbalance (busiest expert / mean): measured " << fixed(measured_imbalance, 3) << " (median of "
           << run.imbalance.size() << " MoE layer passes on rank 0's expert group), assumed "
-          << fixed(in.model.moe.imbalance, 3) << "\n"
-          << "prediction with the measured imbalance: " << ms(repredicted_s) << " ms per iteration, error "
+          << fixed(in.model.moe.imbalance, 3) << "\n";
+      if (ep > 1)
+        out << "busiest expert rank (its expert rows / the mean rank's): measured " << fixed(measured_rank_load, 3)
+            << ", assumed " << fixed(assumed_rank_load, 3) << " (the busiest expert's rank, the others sharing the rest)\n";
+      out << "prediction with the measured load: " << ms(repredicted_s) << " ms per iteration, error "
           << rel_error(repredicted_s, run.iteration.median) << "\n";
     }
     const double err = run.iteration.median > 0 ? (pred.sim.iteration_s - run.iteration.median) / run.iteration.median : 0;
@@ -341,6 +351,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         doc["imbalance"] = {{"assumed", in.model.moe.imbalance},
                             {"measured_median", measured_imbalance},
                             {"samples", run.imbalance.size()},
+                            {"rank_load_assumed", assumed_rank_load},
+                            {"rank_load_measured_median", measured_rank_load},
                             {"iteration_time_s_with_measured", repredicted_s},
                             {"error_with_measured", rel_error_json(repredicted_s, run.iteration.median)}};
       doc["config"] = config_json(c, in.model);

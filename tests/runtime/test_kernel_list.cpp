@@ -151,6 +151,8 @@ TEST(KernelList, OneRankStepsRunOnlyPricedKernels) {
   if (runtime_world().size() != 1) GTEST_SKIP() << "runs on one rank";
   expect_every_kernel_priced(load_model(resolve_data_file("models", "tiny-moe")), config(1, 1, 1, 1, false));
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(1, 1, 1, 1, false));
+  // RMSNorm, grouped-query attention with RoPE, SwiGLU experts.
+  expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-qwen-moe")), config(1, 1, 1, 1, false));
 }
 
 TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
@@ -163,6 +165,7 @@ TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
   sp.sequence_parallel = true;
   expect_every_kernel_priced(tiny, sp);  // sequence parallelism: norms on token shards, the router's statistics
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(2, 1, 2, 1, false));  // dropless
+  expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-qwen-moe")), config(2, 2, 1, 1, false));  // RoPE on split heads
 }
 
 }  // namespace

@@ -181,7 +181,8 @@ namespace {
 // Weighting the expert outputs at the combine (TED's step) keeps the combine's input, every
 // routed copy of the tokens [E x C, h]; Megatron-Core weights inside the experts' activation and
 // keeps nothing more: DeepSeek-V3 at micro-batch 1, 4096 tokens, top-8, 7168 wide, bf16, C the
-// busiest rank's per-expert rows (128 at the mean; the model's imbalance on one of 4 local experts).
+// busiest rank's per-expert rows (128 at the mean; one of its 4 local experts at the model's imbalance 1.2,
+// the other three sharing the rest).
 TEST(Memory, OnlyACombineThatWeightsKeepsItsInput) {
   const ModelSpec m = test::model("deepseek-v3");
   ParallelConfig c = test::config(64, 1, 64, 1, 64);
@@ -190,7 +191,7 @@ TEST(Memory, OnlyACombineThatWeightsKeepsItsInput) {
   const LayerActivationBytes megatron = layer_activation_bytes(m, c, s);
   c.moe_weights_at_combine = true;
   const LayerActivationBytes ted = layer_activation_bytes(m, c, s);
-  EXPECT_EQ(s.capacity, 135);  // ceil(128 x (3 + 1.2) / 4)
+  EXPECT_EQ(s.capacity, 135);  // ceil(128 x (1.2 + 3 x 254.8 / 255) / 4)
   EXPECT_DOUBLE_EQ(ted.moe - megatron.moe, 256.0 * 135 * 7168 * 2);
   EXPECT_DOUBLE_EQ(ted.dense, megatron.dense);
 }

@@ -212,6 +212,10 @@ TEST(TodaysMoeCost, ExpertGemmsCoverTheActiveExpertsOfEveryToken) {
   const double tokens = 4096;
   EXPECT_NEAR(op_flops(w.moe.forward, "expert_fc") / (2.0 * tokens * m.moe.top_k * m.mlp_params(m.expert_ffn())), 1.0, 1e-3);
   EXPECT_DOUBLE_EQ(w.shape.load_factor, 1.0);
+  // One rank holds every expert, so however skewed the experts, it computes all k T rows.
+  m.moe.imbalance = 3.0;
+  test::Bench skewed(m, "dgx-h100");
+  EXPECT_DOUBLE_EQ(skewed.workload(c).shape.load_factor, 1.0);
 }
 
 TEST(TodaysMoeCost, DroplessLoadIsTheBusiestRanksAndModelFlopsStayTheMean) {
@@ -222,9 +226,12 @@ TEST(TodaysMoeCost, DroplessLoadIsTheBusiestRanksAndModelFlopsStayTheMean) {
   test::Bench skewed(m, "dgx-h100");
   ParallelConfig c = test::config(64, 1, 64, 1, 64);  // two local experts per rank
   const Workload wb = balanced.workload(c), ws = skewed.workload(c);
-  // The busiest rank holds the busiest expert (2x) and one at the mean: 1.5x the mean load.
-  EXPECT_DOUBLE_EQ(ws.shape.load_factor, 1.5);
-  EXPECT_NEAR(op_flops(ws.moe.forward, "expert_fc") / op_flops(wb.moe.forward, "expert_fc"), 1.5, 0.01);
+  // The busiest rank holds the busiest expert (2x) and one of the other 127, which share the
+  // remaining 126 experts' worth of tokens: (2 + 126/127) / 2 of the mean load.
+  const double busiest = (2.0 + 126.0 / 127.0) / 2.0;
+  EXPECT_DOUBLE_EQ(ws.shape.load_factor, busiest);
+  EXPECT_NEAR(op_flops(ws.moe.forward, "expert_fc") / op_flops(wb.moe.forward, "expert_fc"), busiest, 0.01);
+  EXPECT_NEAR(imbalance_for_rank_load(128, 64, busiest), 2.0, 1e-12);  // and back
   EXPECT_GT(test::op_seconds(ws.moe.forward, "ep_alltoall_dispatch"), test::op_seconds(wb.moe.forward, "ep_alltoall_dispatch"));
   EXPECT_NEAR(ws.model_flops_per_microbatch / wb.model_flops_per_microbatch, 1.0, 0.002);
 }

@@ -49,6 +49,21 @@ double Block::collective_bytes(CollectiveOp op, GroupKind group) const {
   return sum;
 }
 
+double busiest_rank_load(int experts, int ep, double imbalance) {
+  if (experts <= 1 || ep <= 1) return 1.0;  // one rank holds every expert: all the tokens, no more
+  const double E = experts, local = E / double(ep);
+  const double others = (E - imbalance) / (E - 1.0);  // each other expert's share of the rest
+  return (imbalance + (local - 1.0) * others) / local;
+}
+
+double imbalance_for_rank_load(int experts, int ep, double rank_load) {
+  if (experts <= 1 || ep <= 1) return 1.0;
+  const double E = experts, local = E / double(ep);
+  // busiest_rank_load solved for the imbalance: linear in it.
+  const double imbalance = (rank_load * local * (E - 1.0) - (local - 1.0) * E) / (E - local);
+  return std::clamp(imbalance, 1.0, E);
+}
+
 StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
   StepShape s;
   s.t = c.tp;
@@ -71,10 +86,10 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
     const std::int64_t router_tokens = s.sp ? (s.tokens + s.t - 1) / s.t : s.tokens;
     if (m.moe.dropless()) {
       // Dropless: each expert gets k T / E tokens from each source rank on average; the busiest
-      // expert `imbalance` times that. The busiest rank holds it beside local experts at the mean
-      // (the least its load can be given that expert), and sets everyone's pace: C is its per
-      // expert average, so the all-to-all, the grouped GEMM and the buffers are the busiest rank's.
-      s.load_factor = (double(s.local_experts) - 1.0 + m.moe.imbalance) / double(s.local_experts);
+      // expert `imbalance` times that. The rank holding it (busiest_rank_load) sets everyone's
+      // pace: C is its per expert average, so the all-to-all, the grouped GEMM and the buffers
+      // are the busiest rank's.
+      s.load_factor = busiest_rank_load(m.moe.experts, s.e, m.moe.imbalance);
       s.capacity = std::max<std::int64_t>(1, std::int64_t(std::ceil(m.moe.top_k * double(router_tokens) / E * s.load_factor)));
     } else {
       s.capacity = std::max<std::int64_t>(

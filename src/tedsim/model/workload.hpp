@@ -98,6 +98,15 @@ struct StepShape {
 
 StepShape resolve_shape(const ModelSpec& model, const ParallelConfig& config);
 
+// Dropless routing over `ep` expert ranks: the busiest rank's expert rows over the mean rank's,
+// from the busiest expert's `imbalance` (its rows over the mean expert's). The busiest rank holds
+// that expert, and the other experts share the rest of the tokens evenly. One rank (ep 1) holds
+// all the tokens whatever their spread: 1.
+double busiest_rank_load(int experts, int ep, double imbalance);
+// The imbalance for which busiest_rank_load gives `rank_load` (at least 1): how validate feeds a
+// measured rank load back into the prediction.
+double imbalance_for_rank_load(int experts, int ep, double rank_load);
+
 struct Workload {
   StepShape shape;
   LayerBlocks dense, moe;

@@ -125,6 +125,7 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
   run.iteration = spread_of(run.iteration_s);
   if (options.record_slices) gather_slices(world, traced, run);
   run.imbalance = trainer.imbalance_samples();
+  run.rank_load = trainer.rank_load_samples();
   for (int p = 0; p < kPhaseCount; ++p) {
     std::vector<double> v;
     for (const auto& ph : phases) v.push_back(ph[p]);

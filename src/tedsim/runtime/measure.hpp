@@ -32,6 +32,7 @@ struct MeasuredRun {
   // Dropless models: the busiest expert's tokens over the mean, per MoE layer pass, on rank 0's
   // expert group (warm-up included).
   std::vector<double> imbalance;
+  std::vector<double> rank_load;  // the same passes' busiest expert rank: its rows over the mean rank's
   // With TrainerOptions::record_slices: the measured iteration nearest the median (its number,
   // from 1), and on every world rank its timed regions in time order, the gaps between them filled
   // with "compute" slices, up to that rank's end of the step.

@@ -115,6 +115,8 @@ class Trainer {
   // With TrainerOptions::track_imbalance: the busiest expert's tokens over the mean, one sample per
   // MoE layer pass (forward, recompute excluded) since construction, over the expert group.
   const std::vector<double>& imbalance_samples() const;
+  // The same passes' busiest expert rank: its expert rows over the mean rank's (what sets the pace).
+  const std::vector<double>& rank_load_samples() const;
 
   // Collective over the world: per-kind checksums of the global model, then "all".
   std::vector<Checksum> checksums();

@@ -46,11 +46,15 @@ class DroplessDispatcher final : public TokenDispatcher {
     exchange_back(c, A, expert_out, cb);
     c.ops.combine(*A.routing, cb, d.hidden, out);
     if (c.opt.track_imbalance && c.mode != CommMode::replay) {
-      // The busiest expert of the expert group over the mean of all its experts.
-      std::vector<double> busiest{double(*std::max_element(A.expert_rows.begin(), A.expert_rows.end()))};
+      // The busiest expert of the expert group over the mean of all its experts, and the busiest
+      // rank (the sum of its experts' rows) over the mean rank.
+      std::vector<double> busiest{double(*std::max_element(A.expert_rows.begin(), A.expert_rows.end())), double(total)};
       c.ep->host_max(busiest);
       const std::int64_t all = c.ep->host_sum(static_cast<std::int64_t>(total));
-      if (all > 0) c.imbalance_samples.push_back(busiest[0] / (double(all) / d.experts));
+      if (all > 0) {
+        c.imbalance_samples.push_back(busiest[0] / (double(all) / d.experts));
+        c.rank_load_samples.push_back(busiest[1] / (double(all) / c.ep->size()));
+      }
     }
   }
 
