@@ -89,7 +89,7 @@ void register_profile_collective(CLI::App& profile_cmd, Action& action) {
       "collective", "what one collective on one group costs, size by size (time, algbw, busbw, all-to-all bottleneck)");
   cmd->add_option("--topology", q->topology, "shipped topology name or path to a topology YAML")->required();
   cmd->add_option("--profile", q->profile, "measured profile (default: the topology's analytic profile)");
-  cmd->add_option("--op", q->op, "all_reduce, all_gather, reduce_scatter, all_to_all or send_recv (pipeline p2p)")->required();
+  cmd->add_option("--op", q->op, "all_reduce, all_gather, reduce_scatter, all_to_all, all_to_all_v (dropless: the busiest rank's exchange) or send_recv (pipeline p2p)")->required();
   cmd->add_option("--ranks", q->ranks, "ranks in the group")->required();
   cmd->add_option("--ranks-per-node", q->ranks_per_node, "ranks on one node (default: the topology's devices per node)");
   cmd->add_option("--bytes", q->bytes, "sizes in nccl-tests' convention (per-rank buffer; all-to-all: the whole send buffer)")

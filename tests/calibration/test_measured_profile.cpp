@@ -384,6 +384,51 @@ TEST(MeasuredProfileLookup, PipelineP2pAnswersFromTheMeasuredSendRecv) {
   EXPECT_NE(without.warnings()[0].find("p2p inside a node: not in this profile"), std::string::npos);
 }
 
+// Dropless's all-to-all-v answers from its own points; a profile without any (calibrated before
+// tedsim measured it, or for a model that is not dropless) answers from the even all-to-all of the
+// same size, and says so once.
+TEST(MeasuredProfileLookup, AllToAllVFromItsOwnPointsElseTheEvenOne) {
+  const GroupSpan pair{2, 1, 2, 1, false};
+  ProfileData both = alpha_beta_collectives(5e-6, 2e9, pair, CollectiveOp::all_to_all);
+  const ProfileData v = alpha_beta_collectives(9e-6, 1e9, pair, CollectiveOp::all_to_all_v);
+  both.collectives.insert(both.collectives.end(), v.collectives.begin(), v.collectives.end());
+  const MeasuredProfile p(both, local_cpu());
+  EXPECT_NEAR(p.collective_seconds(CollectiveOp::all_to_all_v, pair, 65536), 9e-6 + 65536 / 1e9, 1e-9);
+  EXPECT_NEAR(p.collective_seconds(CollectiveOp::all_to_all, pair, 65536), 5e-6 + 65536 / 2e9, 1e-9);
+  EXPECT_TRUE(p.warnings().empty());
+  const MeasuredProfile even_only(alpha_beta_collectives(5e-6, 2e9, pair, CollectiveOp::all_to_all), local_cpu());
+  EXPECT_EQ(even_only.collective_seconds(CollectiveOp::all_to_all_v, pair, 65536),
+            even_only.collective_seconds(CollectiveOp::all_to_all, pair, 65536));
+  (void)even_only.collective_seconds(CollectiveOp::all_to_all_v, pair, 1 << 20);
+  ASSERT_EQ(even_only.warnings().size(), 1u);
+  EXPECT_NE(even_only.warnings()[0].find("all_to_all_v: not in this profile"), std::string::npos);
+}
+
+TEST(MeasuredProfileFile, AllToAllVKeepsItsSplitAndChecksIt) {
+  ProfileData d = sample_data();
+  CollectivePoint c = d.collectives[0];
+  c.op = CollectiveOp::all_to_all_v;
+  c.busiest_load = 1.25;
+  d.collectives.push_back(c);
+  const std::string path = temp_path("a2av.json");
+  save_profile(path, d);
+  const ProfileData r = load_profile_data(path);
+  ASSERT_EQ(r.collectives.size(), 2u);
+  EXPECT_EQ(r.collectives[1].op, CollectiveOp::all_to_all_v);
+  EXPECT_EQ(r.collectives[1].busiest_load, 1.25);
+  // A split beyond the group's 4 ranks, and a split on an op that has none, are both errors.
+  const std::string good = profile_to_json(d);
+  const std::size_t at = good.find("\"busiest_load\": 1.25");
+  ASSERT_NE(at, std::string::npos) << good;
+  std::string bad = good;
+  bad.replace(at, 20, "\"busiest_load\": 9.00");
+  expect_rejected(bad, "collectives[1].busiest_load");
+  bad = good;
+  bad.replace(bad.find("\"busbw_gbs\""), 11, "\"busiest_load\": 1.0, \"busbw_gbs\"");
+  expect_rejected(bad, "collectives[0].busiest_load");
+  std::remove(path.c_str());
+}
+
 // Samples an analytic profile at a few points per axis, as a calibration would.
 ProfileData sample_analytic(const Profile& a) {
   ProfileData d = sample_data();

@@ -10,6 +10,7 @@
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/core/error.hpp"
+#include "tedsim/model/workload.hpp"
 
 namespace tedsim::calibration {
 namespace {
@@ -96,6 +97,27 @@ TEST(Sweep, PipelineStagesAddTheSendRecvExchange) {
   o.gpus = o.world = 1;
   for (const CollectiveCaseSpec& c : derive_sweep(model("tiny-moe"), local_cpu(), o).collectives)
     EXPECT_NE(c.op, CollectiveOp::send_recv);
+}
+
+// A dropless model's expert groups also time the all-to-all-v its dispatcher calls, split as the
+// model's imbalance loads the busiest rank; capacity routing sends even all-to-alls only.
+TEST(Sweep, DroplessExpertGroupsAddTheUnevenAllToAllV) {
+  SweepOptions o;
+  o.gpus = o.world = 2;
+  o.ranks_per_node = 2;
+  o.quick = true;
+  const ModelSpec fine = model("cpu-moe-fine");  // 16 experts, dropless, imbalance 1.2
+  int v = 0;
+  for (const CollectiveCaseSpec& c : derive_sweep(fine, local_cpu(), o).collectives)
+    if (c.op == CollectiveOp::all_to_all_v) {
+      ++v;
+      EXPECT_EQ(c.kind, GroupKind::expert);
+      EXPECT_DOUBLE_EQ(c.busiest_load, busiest_rank_load(16, c.span.ranks, 1.2));
+      EXPECT_GT(c.busiest_load, 1.0);
+    }
+  EXPECT_GT(v, 0);
+  for (const CollectiveCaseSpec& c : derive_sweep(model("tiny-moe"), local_cpu(), o).collectives)
+    EXPECT_NE(c.op, CollectiveOp::all_to_all_v);
 }
 
 // More ranks on one host than the topology's node (4 ranks on a host, local-cpu's nodes have 2):

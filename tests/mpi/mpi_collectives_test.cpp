@@ -49,7 +49,9 @@ TEST_P(MpiCollective, NoWrongElementsForEveryDtypeAndSize) {
     for (std::int64_t count : {std::int64_t(0), std::int64_t(1), std::int64_t(w.size()),
                                std::int64_t(1000), std::int64_t(65536 + 5)})
       for (bool in_place : {false, true}) {
-        if (in_place && (op == CollectiveOp::all_to_all || op == CollectiveOp::send_recv)) continue;
+        if (in_place && (op == CollectiveOp::all_to_all || op == CollectiveOp::all_to_all_v ||
+                         op == CollectiveOp::send_recv))
+          continue;
         CollectiveCase c;
         c.op = op;
         c.count = count;
@@ -81,7 +83,7 @@ TEST_P(MpiCollective, NoWrongElementsForEveryDtypeAndSize) {
 INSTANTIATE_TEST_SUITE_P(AllOps, MpiCollective,
                          ::testing::Values(CollectiveOp::all_reduce, CollectiveOp::all_gather,
                                            CollectiveOp::reduce_scatter, CollectiveOp::all_to_all,
-                                           CollectiveOp::send_recv),
+                                           CollectiveOp::send_recv, CollectiveOp::all_to_all_v),
                          [](const ::testing::TestParamInfo<CollectiveOp>& info) {
                            return std::string(to_string(info.param));
                          });
@@ -156,6 +158,9 @@ class CorruptingCommunicator final : public Communicator {
   void all_to_all_v(const void* s, const std::vector<std::size_t>& sc, void* r, const std::vector<std::size_t>& rc,
                     Dtype t) override {
     in_.all_to_all_v(s, sc, r, rc, t);
+    std::size_t received = 0;
+    for (std::size_t x : rc) received += x;
+    corrupt(r, received, t);
   }
   void barrier() override { in_.barrier(); }
   void wait() override { in_.wait(); }
@@ -185,7 +190,7 @@ class CorruptingCommunicator final : public Communicator {
 TEST(MpiCheck, CountsWrongElementsOverTheGroup) {
   CorruptingCommunicator bad(world());
   for (CollectiveOp op : {CollectiveOp::all_reduce, CollectiveOp::all_gather,
-                          CollectiveOp::reduce_scatter, CollectiveOp::all_to_all}) {
+                          CollectiveOp::reduce_scatter, CollectiveOp::all_to_all, CollectiveOp::all_to_all_v}) {
     CollectiveCase c;
     c.op = op;
     c.count = 64 * bad.size();
@@ -248,6 +253,42 @@ TEST(MpiAllToAllV, UnevenSplitsArriveWhole) {
   EXPECT_EQ(w.host_sum(wrong), 0);
   // Mismatched count vectors are a clear error on every rank, before any message moves.
   EXPECT_THROW(w.all_to_all_v(send.data(), std::vector<std::size_t>(n + 1, 0), recv.data(), recv_counts, Dtype::fp32), InputError);
+}
+
+// Dropless routing's exchange as calibration times it: rank 0 receives L times the mean rank's
+// rows, the others share the rest; every element arrives where the split puts it.
+TEST(MpiAllToAllV, CalibrationSplitsArriveWhole) {
+  Communicator& w = world();
+  const int n = w.size();
+  for (double load : {1.0, 1.3, 0.5 * (1 + n), double(n)}) {
+    if (load > n) continue;  // one rank: only the even exchange
+    CollectiveCase c;
+    c.op = CollectiveOp::all_to_all_v;
+    c.count = 1000 * n;
+    c.busiest_load = load;
+    c.iters = 2;
+    const std::vector<std::size_t> v = all_to_all_v_counts(c, n);
+    ASSERT_EQ(int(v.size()), n);
+    EXPECT_EQ(v[0], 1000u);  // the busiest rank's chunk from each rank: count / n
+    if (n > 1) {
+      // The mean rank receives (count / n) / L from each rank: the busiest's share of the total is L / n.
+      double total = 0;
+      for (std::size_t x : v) total += double(x);
+      EXPECT_NEAR(double(v[0]) / (total / n), load, 0.01 * load) << "load " << load;
+      if (load == double(n)) EXPECT_EQ(v[1], 0u);  // everything goes to the busiest rank
+    }
+    for (Dtype dtype : {Dtype::fp32, Dtype::bf16}) {
+      c.dtype = dtype;
+      const CollectiveResult r = check_and_time(w, c);
+      EXPECT_EQ(r.wrong, 0) << "load " << load << " " << to_string(dtype);
+      EXPECT_EQ(r.bytes, c.count * bytes_of(dtype));  // the busiest rank's buffer
+    }
+  }
+  CollectiveCase bad;
+  bad.op = CollectiveOp::all_to_all_v;
+  bad.count = 8 * n;
+  bad.busiest_load = n + 1.0;
+  EXPECT_THROW(check_and_time(w, bad), InputError);
 }
 
 TEST(MpiErrors, MessagesNameHostAndRank) {

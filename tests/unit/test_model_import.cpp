@@ -236,6 +236,27 @@ TEST(TodaysMoeCost, DroplessLoadIsTheBusiestRanksAndModelFlopsStayTheMean) {
   EXPECT_NEAR(ws.model_flops_per_microbatch / wb.model_flops_per_microbatch, 1.0, 0.002);
 }
 
+TEST(TodaysMoeCost, DroplessExchangesAreAllToAllVAndCapacityOnesEven) {
+  ModelSpec m = test::model("qwen3-30b-a3b");  // dropless
+  test::Bench dropless(m, "dgx-h100");
+  ParallelConfig c = test::config(64, 1, 64, 1, 64);
+  const Workload w = dropless.workload(c);
+  // Dispatch and combine, forward and backward: MPI_Alltoallv / NCCL grouped send-recv.
+  EXPECT_EQ(w.moe.forward.count_collectives(CollectiveOp::all_to_all_v, GroupKind::expert), 2);
+  EXPECT_EQ(w.moe.backward.count_collectives(CollectiveOp::all_to_all_v, GroupKind::expert), 2);
+  EXPECT_EQ(w.moe.forward.count_collectives(CollectiveOp::all_to_all, GroupKind::expert), 0);
+  // The analytic profile prices it as the even exchange of the busiest rank's size.
+  const GroupSpan experts = dropless.evaluator.spans_for(c).of(GroupKind::expert).widest();
+  const double bytes = w.moe.forward.collective_bytes(CollectiveOp::all_to_all_v, GroupKind::expert) / 2;
+  EXPECT_DOUBLE_EQ(dropless.profile.collective_seconds(CollectiveOp::all_to_all_v, experts, bytes),
+                   dropless.profile.collective_seconds(CollectiveOp::all_to_all, experts, bytes));
+  m.moe.capacity_factor = 1.25;
+  test::Bench capacity(m, "dgx-h100");
+  const Workload wc = capacity.workload(c);
+  EXPECT_EQ(wc.moe.forward.count_collectives(CollectiveOp::all_to_all, GroupKind::expert), 2);
+  EXPECT_EQ(wc.moe.forward.count_collectives(CollectiveOp::all_to_all_v, GroupKind::expert), 0);
+}
+
 TEST(TodaysMoeCost, SharedExpertsRunBesideTheRoutedOnesAndOverlapHidesTheAllToAll) {
   const ModelSpec m = test::model("deepseek-v3");
   test::Bench bench(m, "h200");

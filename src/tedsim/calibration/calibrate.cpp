@@ -245,6 +245,7 @@ int run_calibration(const CalibrationOptions& o) {
     cc.op = c.op;
     cc.in_place = step_runs_in_place(c.op, c.kind);
     cc.count = c.count;
+    cc.busiest_load = c.busiest_load;
     cc.dtype = dtype;
     cc.warmup = warmup;
     cc.iters = reps;
@@ -263,7 +264,7 @@ int run_calibration(const CalibrationOptions& o) {
     r.algbw_gbs = double(r.bytes) / t.median_s / 1e9;
     r.busbw_gbs = r.algbw_gbs * bus_bandwidth_factor(c.op, r.ranks);
     results.push_back(r);
-    data.collectives.push_back({c.op, dtype, c.span, double(r.bytes), t, r.busbw_gbs});
+    data.collectives.push_back({c.op, dtype, c.span, double(r.bytes), t, r.busbw_gbs, c.busiest_load});
     checkpoint();
     progress.step(std::string(to_string(c.op)) + " " + to_string(c.kind) + " " + std::to_string(r.bytes) + " B");
   }

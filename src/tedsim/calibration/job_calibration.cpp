@@ -218,6 +218,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
         cc.op = CollectiveOp(int(c[0]));
         cc.in_place = step_runs_in_place(cc.op, GroupKind(int(c[1])));
         cc.count = count;
+        cc.busiest_load = calibrated_busiest_load(model, group.size());
         cc.dtype = dtype;
         cc.warmup = warmup;
         cc.iters = reps;
@@ -232,7 +233,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
             },
             1.5);
         const double busbw = double(r.bytes) / t.median_s / 1e9 * bus_bandwidth_factor(cc.op, r.ranks);
-        data.collectives.push_back({cc.op, dtype, span, double(r.bytes), t, busbw});
+        data.collectives.push_back({cc.op, dtype, span, double(r.bytes), t, busbw, cc.busiest_load});
       }
       ++result.collectives;
     }

@@ -312,6 +312,12 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
           sweep.skews.push_back(sc);
         }
       for (CollectiveOp op : ops) add_cases(on_these_groups(CollectiveCaseSpec{}), op);
+      // Dropless routing exchanges its tokens with an all-to-all-v, the busiest rank receiving more.
+      if (kind == GroupKind::expert && model.is_moe() && model.moe.dropless()) {
+        CollectiveCaseSpec v = on_these_groups(CollectiveCaseSpec{});
+        v.busiest_load = calibrated_busiest_load(model, span.ranks);
+        add_cases(v, CollectiveOp::all_to_all_v);
+      }
     }
     // The pipeline's p2p: every neighbour pair at once, labelled with the worst pair's span (the
     // cost model's lookup).
@@ -334,6 +340,11 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
                             std::make_tuple(b.p, b.t, b.e, int(b.layout), b.expert_tp);
                    });
   return sweep;
+}
+
+double calibrated_busiest_load(const ModelSpec& model, int ranks) {
+  if (!model.is_moe() || !model.moe.dropless() || ranks <= 1) return 1.0;
+  return std::clamp(busiest_rank_load(model.moe.experts, ranks, model.moe.imbalance), 1.0, double(ranks));
 }
 
 bool step_runs_in_place(CollectiveOp op, GroupKind group) {

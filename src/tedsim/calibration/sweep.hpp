@@ -47,7 +47,12 @@ struct CollectiveCaseSpec {
   bool expert_tp = true;
   GroupSpan span;               // the widest group of the kind under that layout
   std::int64_t count = 0;       // nccl-tests count of `dtype` elements
+  double busiest_load = 1.0;    // all_to_all_v: the busiest rank's share over the mean (collective_check.hpp)
 };
+
+// The split dropless routing's all-to-all-v is calibrated with on `ranks` expert ranks: the model's
+// imbalance as busiest_rank_load spreads it (1 for a model that is not dropless).
+double calibrated_busiest_load(const ModelSpec& model, int ranks);
 
 // One segment length of the arrival-skew loop on the groups of one shape: every rank computes
 // about `compute_s` (repetitions of the sentinel GEMM; 0: the fewest a timing runs), then its

@@ -41,7 +41,9 @@ float input_value(const CollectiveCase& c, int n, int r, std::int64_t i) {
 }
 
 // Expected value of element i of rank `me`'s output, and where the output starts in its buffer.
-float expected_value(const CollectiveCase& c, int n, int me, std::int64_t chunk, std::int64_t i) {
+// `v`: all_to_all_v's per-destination counts (all_to_all_v_counts).
+float expected_value(const CollectiveCase& c, int n, int me, std::int64_t chunk, std::int64_t i,
+                     const std::vector<std::size_t>& v) {
   auto reduce = [&](std::int64_t index) {
     float acc = input_value(c, n, 0, index);
     for (int r = 1; r < n; ++r) {
@@ -57,6 +59,13 @@ float expected_value(const CollectiveCase& c, int n, int me, std::int64_t chunk,
     case CollectiveOp::all_to_all:
       return input_value(c, n, int(i / chunk), std::int64_t(me) * chunk + i % chunk);
     case CollectiveOp::send_recv: return input_value(c, n, me - 1, i);  // the previous stage's message
+    case CollectiveOp::all_to_all_v: {
+      // From rank i / v[me], its segment for `me`, which starts after its segments for ranks < me.
+      const std::int64_t mine = std::int64_t(v[std::size_t(me)]);
+      std::int64_t offset = 0;
+      for (int j = 0; j < me; ++j) offset += std::int64_t(v[std::size_t(j)]);
+      return input_value(c, n, int(i / mine), offset + i % mine);
+    }
     case CollectiveOp::count: break;
   }
   return 0;
@@ -87,6 +96,15 @@ const char* redop_name(const CollectiveResult& r) {
 }  // namespace
 
 float collective_input_value(const CollectiveCase& c, int n, int r, std::int64_t i) { return input_value(c, n, r, i); }
+
+std::vector<std::size_t> all_to_all_v_counts(const CollectiveCase& c, int n) {
+  const std::size_t busiest = std::size_t(std::max<std::int64_t>(c.count, 0) / std::max(n, 1));
+  std::vector<std::size_t> counts(std::size_t(std::max(n, 1)), busiest);
+  if (n > 1)
+    for (int j = 1; j < n; ++j)
+      counts[std::size_t(j)] = std::size_t(double(busiest) * (n - c.busiest_load) / (c.busiest_load * (n - 1)));
+  return counts;
+}
 double collective_tolerance(const CollectiveCase& c, int n) { return tolerance(c, n); }
 
 namespace {
@@ -98,7 +116,11 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   const int n = comm.size(), me = comm.rank();
   if (c.count < 0 || c.warmup < 0 || c.iters < 1)
     throw InputError(comm.where() + ": collective check needs count >= 0, warmup >= 0, iters >= 1");
-  if (c.in_place && (c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::send_recv))
+  if (c.op == CollectiveOp::all_to_all_v && !(c.busiest_load >= 1.0 && c.busiest_load <= n))
+    throw InputError(comm.where() + ": all_to_all_v's busiest load must lie in [1, " + std::to_string(n) + "], got " +
+                     std::to_string(c.busiest_load));
+  if (c.in_place && (c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::all_to_all_v ||
+                     c.op == CollectiveOp::send_recv))
     throw InputError(comm.where() + ": " + to_string(c.op) + " cannot run in place");
   if (!reduces(c.op) && c.redop != ReduceOp::sum)
     throw InputError(comm.where() + ": " + to_string(c.op) + " does not reduce; redop must be sum");
@@ -119,6 +141,15 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   std::int64_t in_count = res.count, out_count = res.count, out_offset = 0;
   if (c.op == CollectiveOp::all_gather) in_count = chunk;
   if (c.op == CollectiveOp::reduce_scatter) out_count = chunk;
+  // all_to_all_v: every rank sends v[j] to rank j and receives its own v[me] from every rank.
+  std::vector<std::size_t> v_send, v_recv;
+  if (c.op == CollectiveOp::all_to_all_v) {
+    v_send = all_to_all_v_counts(c, n);
+    v_recv.assign(std::size_t(n), v_send[std::size_t(me)]);
+    in_count = 0;
+    for (std::size_t x : v_send) in_count += std::int64_t(x);
+    out_count = std::int64_t(n) * std::int64_t(v_send[std::size_t(me)]);
+  }
   // send_recv is a chain: the first stage receives nothing (its buffer keeps one element, so every
   // rank has one to hand the backend), the last sends nothing.
   const bool receives = c.op != CollectiveOp::send_recv || me > 0;
@@ -143,7 +174,9 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
     if (c.op == CollectiveOp::reduce_scatter) out_offset = std::int64_t(me) * chunk;
   } else {
     send = comm.make_buffer(std::size_t(in_count) * esize);
-    recv = comm.make_buffer(std::size_t(std::max<std::int64_t>(out_count, receives ? 0 : 1)) * esize);
+    // At least one element each: the first stage of send_recv, and all-to-all-v's ranks that
+    // receive nothing at tiny sizes, still hand the backend a buffer.
+    recv = comm.make_buffer(std::size_t(std::max<std::int64_t>(out_count, 1)) * esize);
   }
   CommBuffer& in_buf = c.in_place ? *recv : *send;
   char* const recv_ptr = static_cast<char*>(recv->data());
@@ -166,6 +199,9 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
         break;
       case CollectiveOp::all_to_all:
         comm.all_to_all(send_ptr, recv_ptr, std::size_t(chunk), c.dtype);
+        break;
+      case CollectiveOp::all_to_all_v:
+        comm.all_to_all_v(send_ptr, v_send, recv_ptr, v_recv, c.dtype);
         break;
       case CollectiveOp::send_recv:
         // Send first: the send returns at once, so the chain never waits on itself.
@@ -212,7 +248,7 @@ CollectiveResult check_and_time_started_by(Communicator& comm, const CollectiveC
   std::int64_t wrong = 0;
   for (std::int64_t i = 0; i < out_count; ++i) {
     const double got = load_as_float(host_out.data(), i, c.dtype);
-    const double want = expected_value(c, n, me, chunk, i);
+    const double want = expected_value(c, n, me, chunk, i, v_send);
     if (!(std::fabs(got - want) <= tol)) ++wrong;  // NaN counts as wrong
   }
   res.wrong = comm.host_sum(wrong);

@@ -22,7 +22,12 @@ struct CollectiveCase {
   std::int64_t count = 0;
   Dtype dtype = Dtype::fp32;
   ReduceOp redop = ReduceOp::sum;  // all_reduce and reduce_scatter only
-  bool in_place = false;           // not for all_to_all or send_recv
+  bool in_place = false;           // not for all_to_all(_v) or send_recv
+  // all_to_all_v: the busiest rank's share over the mean rank's, L (1 <= L <= n). Rank 0 is the
+  // busiest: every rank sends it count / n elements; every other rank j receives
+  // count / n x (n - L) / (L (n - 1)) from each (rounded down), as dropless routing spreads the
+  // rest of the tokens evenly. L = 1 is an even exchange through the all-to-all-v call.
+  double busiest_load = 1.0;
   int warmup = 2;                  // untimed repetitions first (connection setup, caches)
   int iters = 10;                  // timed repetitions
   // Run on every rank before each timed repetition, outside the timing (calibration on CPU: push
@@ -52,8 +57,12 @@ struct CollectiveResult {
 float collective_input_value(const CollectiveCase& c, int n, int r, std::int64_t i);
 double collective_tolerance(const CollectiveCase& c, int n);
 
+// all_to_all_v's elements every rank sends to rank j (the same from every rank), per CollectiveCase.
+std::vector<std::size_t> all_to_all_v_counts(const CollectiveCase& c, int n);
+
 // Collective over `comm`. Throws InputError for an impossible case (in-place all-to-all, max with
-// a collective that does not reduce, negative count or iterations), RunError from the backend.
+// a collective that does not reduce, negative count or iterations, an all-to-all-v load outside
+// [1, n]), RunError from the backend.
 CollectiveResult check_and_time(Communicator& comm, const CollectiveCase& c);
 
 // Every group of one kind at once (all TP groups, all expert groups, ...): each rank passes its own

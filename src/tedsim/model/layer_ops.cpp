@@ -119,7 +119,12 @@ int BlockBuilder::collective_at(const char* name, CollectiveOp which, GroupKind 
 
 int BlockBuilder::expert_all_to_all_at(const char* name, MoeDispatcher dispatcher, const MoeSpec& moe,
                                        double pair_bytes) {
-  const int at = collective_at(name, CollectiveOp::all_to_all, GroupKind::expert, pair_bytes, Phase::ep_alltoall);
+  // Dropless routing's alltoall dispatcher exchanges uneven counts (MPI_Alltoallv, NCCL grouped
+  // send/recv): calibration times that call with the busiest rank's split; the flex dispatcher's
+  // kernels are priced below from the even all-to-all's links.
+  const CollectiveOp op = moe.dropless() && dispatcher == MoeDispatcher::alltoall ? CollectiveOp::all_to_all_v
+                                                                                 : CollectiveOp::all_to_all;
+  const int at = collective_at(name, op, GroupKind::expert, pair_bytes, Phase::ep_alltoall);
   if (at >= 0 && dispatcher == MoeDispatcher::flex) {
     Op& op = block_.ops[at];
     const double flex = flex_all_to_all_seconds(profile_, spans_.of(GroupKind::expert), moe, pair_bytes);

@@ -94,6 +94,8 @@ double AnalyticProfile::collective_seconds(CollectiveOp op, const GroupSpan& spa
   const double alpha = (multi_node ? topo_.inter.latency_us : topo_.intra.latency_us) * kMicro;
   const double steps = std::ceil(std::log2(double(n)));
 
+  // Dropless's all-to-all-v: the busiest rank's exchange, priced as an even one of its size.
+  if (op == CollectiveOp::all_to_all_v) op = CollectiveOp::all_to_all;
   if (op == CollectiveOp::all_to_all) {
     // Each rank sends bytes/n to every other rank: (k-1)/n of it stays in the node, (n-k)/n leaves.
     const double k = span.max_ranks_per_node;

@@ -22,7 +22,8 @@ constexpr double bus_bandwidth_factor(CollectiveOp op, int n) {
     case CollectiveOp::all_reduce: return 2.0 * share;
     case CollectiveOp::all_gather:
     case CollectiveOp::reduce_scatter:
-    case CollectiveOp::all_to_all: return share;
+    case CollectiveOp::all_to_all:
+    case CollectiveOp::all_to_all_v: return share;
     case CollectiveOp::send_recv: return 1.0;
     case CollectiveOp::count: break;
   }
@@ -31,11 +32,13 @@ constexpr double bus_bandwidth_factor(CollectiveOp op, int n) {
 
 // nccl-tests "count" is the element count of its "size" column, which is the per-rank buffer of:
 //   all-reduce: the (in = out) buffer; all-gather: the output; reduce-scatter: the input;
-//   all-to-all: the whole send buffer; send-recv: the message to the next stage.
+//   all-to-all: the whole send buffer; all-to-all-v: the busiest rank's receive buffer (its
+//   chunk from each rank; the others receive less); send-recv: the message to the next stage.
 // The communicator API instead takes the per-rank chunk for the three rank-split collectives;
 // these convert between the two views. `count` must be a multiple of n for those three.
 constexpr bool splits_over_ranks(CollectiveOp op) {
-  return op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter || op == CollectiveOp::all_to_all;
+  return op == CollectiveOp::all_gather || op == CollectiveOp::reduce_scatter || op == CollectiveOp::all_to_all ||
+         op == CollectiveOp::all_to_all_v;
 }
 constexpr std::int64_t chunk_count(CollectiveOp op, std::int64_t count, int n) {
   return !splits_over_ranks(op) || n <= 0 ? count : count / n;

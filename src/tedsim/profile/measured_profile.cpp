@@ -86,6 +86,7 @@ MeasuredProfile::MeasuredProfile(ProfileData data, const TopologySpec& fallback_
   for (const CollectivePoint& p : data_.collectives) {
     multi_rank_ = multi_rank_ || p.span.ranks > 1;
     has_send_recv_ = has_send_recv_ || p.op == CollectiveOp::send_recv;
+    has_all_to_all_v_ = has_all_to_all_v_ || p.op == CollectiveOp::all_to_all_v;
   }
   for (std::size_t i = 0; i < data_.gemms.size(); ++i)
     if (data_.gemms[i].seconds.median_s > 0) gemms_by_dtype_[int(data_.gemms[i].shape.dtype)].push_back(i);
@@ -447,6 +448,12 @@ double MeasuredProfile::kernel_uncached(KernelKind kind, double bytes, Dtype dty
 }
 
 double MeasuredProfile::collective_uncached(CollectiveOp op, const GroupSpan& span, double bytes) const {
+  if (op == CollectiveOp::all_to_all_v && !has_all_to_all_v_) {
+    note("a2av-none", "all_to_all_v: not in this profile (calibrated before tedsim measured it, or for a model that is not "
+                      "dropless): priced as the even all_to_all of the busiest rank's size",
+         bytes);
+    return collective_uncached(CollectiveOp::all_to_all, span, bytes);
+  }
   const std::string name = std::string(to_string(op)) + " on " + describe_span(span);
   auto it = collectives_.find({int(op), span.ranks, span.nodes, span.max_ranks_per_node, span.groups_per_node,
                                span.crosses_islands});

@@ -94,6 +94,7 @@ struct CollectivePoint {
   double bytes = 0;
   Timing seconds;
   double busbw_gbs = 0;
+  double busiest_load = 1.0;  // all_to_all_v: the split it was measured with (collective_check.hpp)
 };
 
 // Arrival skew in a step-like loop (every rank computes `compute_s`, then the group meets in a
@@ -196,6 +197,7 @@ class MeasuredProfile final : public Profile {
   std::map<int, std::vector<std::size_t>> gemms_by_dtype_;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> skews_;  // (ranks, nodes): (compute, wait)
   bool has_send_recv_ = false;  // the pipeline exchange was measured (p2p_seconds)
+  bool has_all_to_all_v_ = false;  // dropless's uneven exchange was measured
   bool multi_rank_ = false;  // collectives were measured (so arrival waits could have been)
 
   struct Warning {

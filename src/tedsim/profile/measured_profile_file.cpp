@@ -148,7 +148,7 @@ KernelKind parse_kernel_kind(const std::string& text) {
 CollectiveOp parse_collective_op(const std::string& text) {
   for (int i = 0; i < int(CollectiveOp::count); ++i)
     if (text == to_string(CollectiveOp(i))) return CollectiveOp(i);
-  throw InputError("unknown collective '" + text + "' (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv)");
+  throw InputError("unknown collective '" + text + "' (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, all_to_all_v)");
 }
 
 ProfileData at_spread_end(ProfileData data, SpreadEnd end) {
@@ -185,7 +185,7 @@ std::string profile_to_json(const ProfileData& d) {
                      {"seconds", timing_json(x.seconds)}});
   j["kernels"] = k;
   json c = json::array();
-  for (const CollectivePoint& x : d.collectives)
+  for (const CollectivePoint& x : d.collectives) {
     c.push_back(json{{"op", to_string(x.op)},
                      {"dtype", to_string(x.dtype)},
                      {"ranks", x.span.ranks},
@@ -196,6 +196,8 @@ std::string profile_to_json(const ProfileData& d) {
                      {"bytes", x.bytes},
                      {"seconds", timing_json(x.seconds)},
                      {"busbw_gbs", x.busbw_gbs}});
+    if (x.op == CollectiveOp::all_to_all_v) c.back()["busiest_load"] = x.busiest_load;
+  }
   j["collectives"] = c;
   if (!d.skews.empty()) {
     json a = json::array();
@@ -286,6 +288,11 @@ ProfileData profile_from_json(const std::string& text, const std::string& name) 
     p.bytes = r.nonneg("bytes");
     p.seconds = read_timing(r.child("seconds"));
     p.busbw_gbs = r.nonneg("busbw_gbs");
+    if (p.op == CollectiveOp::all_to_all_v && r.has("busiest_load")) {
+      p.busiest_load = r.number("busiest_load");
+      if (!(p.busiest_load >= 1.0 && p.busiest_load <= p.span.ranks))
+        r.fail("busiest_load", "expected the busiest rank's load over the mean, in [1, ranks]");
+    }
     r.reject_unknown_keys();
     d.collectives.push_back(p);
   });

@@ -53,7 +53,10 @@ enum class KernelKind : std::uint8_t {
 
 // send_recv is the pipeline's exchange: every rank of a pipeline group sends `bytes` to the next
 // stage and receives as much from the previous one, all neighbour pairs at once (Profile::p2p_seconds).
-enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, count };
+// all_to_all_v is dropless routing's exchange (MPI_Alltoallv; NCCL grouped send/recv): uneven,
+// the busiest rank receiving more than the others; `bytes` is that rank's buffer, as the even
+// all_to_all's is every rank's (collective_check.hpp says how calibration splits the rest).
+enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, all_to_all_v, count };
 
 // Where a process group lives. The slowest group of a kind sets the pace, so a group shape is the
 // worst one of its kind under the rank layout.
@@ -87,6 +90,7 @@ constexpr const char* to_string(CollectiveOp op) {
     case CollectiveOp::reduce_scatter: return "reduce_scatter";
     case CollectiveOp::all_to_all: return "all_to_all";
     case CollectiveOp::send_recv: return "send_recv";
+    case CollectiveOp::all_to_all_v: return "all_to_all_v";
     case CollectiveOp::count: break;
   }
   return "?";

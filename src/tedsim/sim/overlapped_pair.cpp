@@ -6,7 +6,8 @@ namespace tedsim {
 namespace {
 
 bool is_expert_all_to_all(const Op& op) {
-  return op.is_collective && op.collective == CollectiveOp::all_to_all && op.group == GroupKind::expert;
+  return op.is_collective && op.group == GroupKind::expert &&
+         (op.collective == CollectiveOp::all_to_all || op.collective == CollectiveOp::all_to_all_v);
 }
 
 }  // namespace
