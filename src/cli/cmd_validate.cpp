@@ -98,7 +98,7 @@ double host_memory_per_rank(int world_size) {
 // DeepSpeed's softmax-top-k gating with a capacity. The first feature of `m` under `c` outside
 // that, in words; empty if none.
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
-  if (m.is_mla()) return "multi-head latent attention (MLA)";
+  if (m.is_mla() && backend == Backend::cuda) return "multi-head latent attention (MLA) on the CUDA backend (the CPU backend runs it)";
   if (m.mtp_layers > 0) return "multi-token prediction (mtp_layers)";
   if (m.head_dim() * m.heads != m.hidden && backend == Backend::cuda)
     return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads on the CUDA backend (the CPU backend runs it)";

@@ -47,12 +47,12 @@ void expect_grad(const std::vector<float>& analytic, const std::vector<double>& 
   EXPECT_GT(scale, 1e-3) << what << ": gradient should not be trivially zero";
 }
 
-// ---- attention reference (fp64), one loss over all outputs.
-VecD attention_ref(int heads, int s, int d, bool causal, const VecD& q, const VecD& k, const VecD& v) {
-  VecD out(static_cast<std::size_t>(heads) * s * d, 0.0);
+// ---- attention reference (fp64), one loss over all outputs: q and k of d, v and out of dv.
+VecD attention_ref(int heads, int s, int d, int dv, bool causal, const VecD& q, const VecD& k, const VecD& v) {
+  VecD out(static_cast<std::size_t>(heads) * s * dv, 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   for (int hd = 0; hd < heads; ++hd) {
-    const std::size_t o = static_cast<std::size_t>(hd) * s * d;
+    const std::size_t o = static_cast<std::size_t>(hd) * s * d, ov = static_cast<std::size_t>(hd) * s * dv;
     for (int i = 0; i < s; ++i) {
       std::vector<double> p(s, 0.0);
       const int valid = causal ? i + 1 : s;
@@ -66,38 +66,48 @@ VecD attention_ref(int heads, int s, int d, bool causal, const VecD& q, const Ve
       double sum = 0;
       for (int j = 0; j < valid; ++j) sum += (p[j] = std::exp(p[j] - m));
       for (int j = 0; j < valid; ++j) {
-        for (int c = 0; c < d; ++c) out[o + i * d + c] += p[j] / sum * v[o + j * d + c];
+        for (int c = 0; c < dv; ++c) out[ov + i * dv + c] += p[j] / sum * v[ov + j * dv + c];
       }
     }
   }
   return out;
 }
 
+// One head size for all three (multi-head and grouped-query attention), and MLA's value heads of
+// another size than its query/key heads.
 TEST(Attention, ForwardAndBackward) {
-  for (bool causal : {false, true}) {
-    const int heads = 2, s = 7, d = 4;
-    const std::size_t n = static_cast<std::size_t>(heads) * s * d;
-    const auto q = test::random_vector(n, 1), k = test::random_vector(n, 2), v = test::random_vector(n, 3);
-    const auto w = test::random_vector(n, 4);  // loss = <out, w>, so grad_out = w
-    std::vector<float> probs(static_cast<std::size_t>(heads) * s * s), out(n);
-    attention_forward(heads, s, d, causal, q.data(), k.data(), v.data(), probs.data(), out.data());
-    const VecD ref = attention_ref(heads, s, d, causal, to_double(q), to_double(k), to_double(v));
-    test::expect_close(out, std::vector<float>(ref.begin(), ref.end()), 1e-5, 1e-6, "attention out");
-    if (causal) {
-      EXPECT_EQ(probs[1], 0.0f);  // row 0 sees only key 0
-    }
+  for (const int dv : {4, 6, 3})
+    for (bool causal : {false, true}) {
+      const int heads = 2, s = 7, d = 4;
+      const std::size_t n = static_cast<std::size_t>(heads) * s * d, nv = static_cast<std::size_t>(heads) * s * dv;
+      const auto q = test::random_vector(n, 1), k = test::random_vector(n, 2), v = test::random_vector(nv, 3);
+      const auto w = test::random_vector(nv, 4);  // loss = <out, w>, so grad_out = w
+      std::vector<float> probs(static_cast<std::size_t>(heads) * s * s), out(nv);
+      if (dv == d)
+        attention_forward(heads, s, d, causal, q.data(), k.data(), v.data(), probs.data(), out.data());
+      else
+        attention_forward(heads, s, d, dv, causal, q.data(), k.data(), v.data(), probs.data(), out.data());
+      const VecD ref = attention_ref(heads, s, d, dv, causal, to_double(q), to_double(k), to_double(v));
+      test::expect_close(out, std::vector<float>(ref.begin(), ref.end()), 1e-5, 1e-6, "attention out");
+      if (causal) {
+        EXPECT_EQ(probs[1], 0.0f);  // row 0 sees only key 0
+      }
 
-    std::vector<float> gq(n), gk(n), gv(n);
-    attention_backward(heads, s, d, q.data(), k.data(), v.data(), probs.data(), w.data(), gq.data(), gk.data(),
-                       gv.data());
-    const VecD qd = to_double(q), kd = to_double(k), vd = to_double(v);
-    expect_grad(gq, numeric_grad([&](const VecD& x) { return dot(attention_ref(heads, s, d, causal, x, kd, vd), w); }, qd),
-                1e-4, "dq");
-    expect_grad(gk, numeric_grad([&](const VecD& x) { return dot(attention_ref(heads, s, d, causal, qd, x, vd), w); }, kd),
-                1e-4, "dk");
-    expect_grad(gv, numeric_grad([&](const VecD& x) { return dot(attention_ref(heads, s, d, causal, qd, kd, x), w); }, vd),
-                1e-4, "dv");
-  }
+      std::vector<float> gq(n), gk(n), gv(nv);
+      if (dv == d)
+        attention_backward(heads, s, d, q.data(), k.data(), v.data(), probs.data(), w.data(), gq.data(), gk.data(),
+                           gv.data());
+      else
+        attention_backward(heads, s, d, dv, q.data(), k.data(), v.data(), probs.data(), w.data(), gq.data(),
+                           gk.data(), gv.data());
+      const VecD qd = to_double(q), kd = to_double(k), vd = to_double(v);
+      const auto loss = [&](const VecD& qq, const VecD& kk, const VecD& vv) {
+        return dot(attention_ref(heads, s, d, dv, causal, qq, kk, vv), w);
+      };
+      expect_grad(gq, numeric_grad([&](const VecD& x) { return loss(x, kd, vd); }, qd), 1e-4, "dq");
+      expect_grad(gk, numeric_grad([&](const VecD& x) { return loss(qd, x, vd); }, kd), 1e-4, "dk");
+      expect_grad(gv, numeric_grad([&](const VecD& x) { return loss(qd, kd, x); }, vd), 1e-4, "dv");
+    }
 }
 
 // ---- layernorm reference (fp64): x, gamma, beta packed as one vector for finite differences.

@@ -39,16 +39,20 @@ enum TodaysMoe {
   kSigmoidGroups = 2,   // DeepSeek-V3's sigmoid router, renormalized, scaled 2.5, within 2 of 4 groups, dropless
   kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity; head_dim 16 != hidden / heads,
                         // RoPE on half of each head at Qwen3's base
+  kMla = 4,             // kDroplessShared with DeepSeek's multi-head latent attention: q latent 16, kv latent 8,
+                        // query/key heads 4 + 4 rope, value heads 6 (apart from the query/key size)
+  kMlaDirectQ = 5,      // the same without the q latent (DeepSeek-V2-Lite's queries straight from x)
 };
 
 inline ModelSpec small_todays_moe(TodaysMoe kind) {
-  ModelSpec m = small_moe(4, kind == kDroplessShared ? Activation::swiglu : Activation::gelu, true);
+  const bool mla = kind == kMla || kind == kMlaDirectQ;
+  ModelSpec m = small_moe(4, kind == kDroplessShared || mla ? Activation::swiglu : Activation::gelu, true);
   if (kind == kTedModel) return m;
   m.moe.experts = 8;
   m.moe.every = 1;
   m.moe.top_k = kind == kTopkSoftmax ? 2 : 4;
   m.moe.capacity_factor = kind == kTopkSoftmax ? 8.0 : 0.0;
-  if (kind == kDroplessShared) {
+  if (kind == kDroplessShared || mla) {
     m.moe.first_dense = 1;
     m.moe.ffn = 16;
     m.moe.shared_experts = 1;
@@ -57,6 +61,16 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
     m.moe.normalize_topk = true;
     m.norm = Norm::rmsnorm;
     m.rotary_dim = m.head_dim();
+    if (mla) {
+      m.attention = Attention::mla;
+      m.kv_heads = m.heads;
+      m.mla.q_lora_rank = kind == kMla ? 16 : 0;
+      m.mla.kv_lora_rank = 8;
+      m.mla.qk_nope_head_dim = 4;
+      m.mla.qk_rope_head_dim = 4;
+      m.mla.v_head_dim = 6;
+      m.rotary_dim = 4;  // MLA turns the rope part only
+    }
   } else if (kind == kSigmoidGroups) {
     m.moe.router = Router::sigmoid;
     m.moe.normalize_topk = true;

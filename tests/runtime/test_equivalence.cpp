@@ -93,7 +93,7 @@ std::string name_of(const EqCase& c) {
   n += c.checkpoint ? (c.cac ? "_cac" : "_ckpt") : c.selective ? "_sel" : "_nockpt";
   n += c.expert_tp ? "_etp" : "_noetp";
   n += "_zero" + std::to_string(c.zero);
-  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax"};
+  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax", "_mla", "_mla_direct_q"};
   return n + models[c.model] + (c.sp ? "_sp" : "");
 }
 
@@ -183,6 +183,14 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{4, 1, 4, kTed, false, false, false, true, 0, 1, 1, false, kSigmoidGroups},
         EqCase{2, 2, 1, kTed, true, false, false, true, 0, 1, 1, false, kTopkSoftmax},
         EqCase{4, 2, 2, kTed, true, true, true, false, 1, 1, 1, false, kTopkSoftmax},
+        // MLA: replicated down projections whose gradients each tensor rank holds a share of.
+        EqCase{1, 1, 1, kTed, false, false, false, true, 0, 1, 1, false, kMla},
+        EqCase{2, 2, 1, kTed, false, false, false, true, 1, 1, 1, false, kMla},
+        EqCase{2, 1, 2, kTed, false, true, true, true, 1, 1, 1, false, kMla},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 0, 1, 1, true, kMla},
+        EqCase{4, 2, 1, kTed, false, false, false, true, 1, 2, 1, false, kMlaDirectQ},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 3, 1, 1, false, kMla},
+        EqCase{4, 2, 2, kTed, false, false, false, false, 0, 1, 1, false, kMla, true},
         // Sequence parallelism: {..., model, sp}; with and without expert TP, CAC, selective
         // recompute, pipelines, ZeRO-1 and today's routers (dropless: without expert TP).
         EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
@@ -298,6 +306,9 @@ INSTANTIATE_TEST_SUITE_P(
                       EqCase{2, 2, 1, kTed, false, true, true, true, 0, 1, 1, false, kTedModel, true},
                       EqCase{2, 2, 1, kTed, false, false, false, false, 0, 1, 1, false, kDroplessShared, true},
                       EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTopkSoftmax, true},
+                      EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kMla},
+                      EqCase{2, 2, 1, kTed, false, false, false, false, 0, 1, 1, false, kMla, true},
+                      EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kMlaDirectQ},
                       EqCase{4, 2, 2, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
                       EqCase{4, 2, 1, kTed, false, false, false, true, 0, 2, 1, false, kTedModel, true}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });

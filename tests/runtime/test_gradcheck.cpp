@@ -101,7 +101,7 @@ TEST_P(GradCheck, EveryParameterKindMatchesFiniteDifferences) {
 }
 
 std::string grad_case_name(const ::testing::TestParamInfo<GradCase>& p) {
-  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax"};
+  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax", "_mla", "_mla_direct_q"};
   return std::string(p.param.act == Activation::gelu ? "gelu" : "swiglu") + (p.param.tied ? "_tied" : "_untied") +
          models[p.param.model];
 }
@@ -110,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(Runtime, GradCheck,
                          ::testing::Values(GradCase{Activation::gelu, true}, GradCase{Activation::swiglu, false},
                                            GradCase{Activation::swiglu, false, kDroplessShared},
                                            GradCase{Activation::gelu, true, kSigmoidGroups},
-                                           GradCase{Activation::gelu, false, kTopkSoftmax}),
+                                           GradCase{Activation::gelu, false, kTopkSoftmax},
+                                           GradCase{Activation::swiglu, false, kMla},
+                                           GradCase{Activation::swiglu, true, kMlaDirectQ}),
                          grad_case_name);
 
 }  // namespace

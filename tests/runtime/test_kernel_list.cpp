@@ -84,7 +84,9 @@ const std::map<std::string, Check>& priced_as() {
       {"combine", of_kind(KernelKind::combine)},
       {"combine_backward", of_kind(KernelKind::combine)},
       // The step's strided copies: expert-major regrouping around the experts, DTD's slices.
-      {"copy_rows", [](const Priced& p) { return p.has("expert_major_layout") || p.has("dtd_slice"); }},
+      // MLA's per-head layouts (its q, k, v are not one projection's split).
+      {"copy_rows",
+       [](const Priced& p) { return p.has("expert_major_layout") || p.has("dtd_slice") || p.has("attn_split_heads"); }},
       {"embedding_forward", named("embedding_lookup")},
       {"embedding_backward", named("embedding_bwd")},
       {"ce_max_and_target", named("cross_entropy")},
@@ -153,6 +155,8 @@ TEST(KernelList, OneRankStepsRunOnlyPricedKernels) {
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(1, 1, 1, 1, false));
   // RMSNorm, grouped-query attention with RoPE, SwiGLU experts.
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-qwen-moe")), config(1, 1, 1, 1, false));
+  // Multi-head latent attention.
+  expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-deepseek-moe")), config(1, 1, 1, 1, false));
 }
 
 TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
@@ -166,6 +170,7 @@ TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
   expect_every_kernel_priced(tiny, sp);  // sequence parallelism: norms on token shards, the router's statistics
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(2, 1, 2, 1, false));  // dropless
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-qwen-moe")), config(2, 2, 1, 1, false));  // RoPE on split heads
+  expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-deepseek-moe")), config(2, 2, 1, 1, false));  // MLA over t
 }
 
 }  // namespace

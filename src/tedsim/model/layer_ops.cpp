@@ -168,7 +168,10 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   d.b = s.b;
   d.heads_local = m.heads / s.t;
   d.head_dim = m.head_dim();
-  d.qkv_out = (std::int64_t(m.q_dim()) + 2 * std::int64_t(m.kv_dim())) / s.t;
+  // The per-head layouts the unfused core reads: q, k, v; MLA's keys are query-sized (the rope key
+  // copied to every head) and its values v_head_dim.
+  d.qkv_out = m.is_mla() ? std::int64_t(m.heads / s.t) * (2 * m.mla.qk_head_dim() + m.mla.v_head_dim)
+                         : (std::int64_t(m.q_dim()) + 2 * std::int64_t(m.kv_dim())) / s.t;
   d.ffn_local_dense = m.ffn / s.t;
   d.fc1_factor = m.activation == Activation::swiglu ? 2 : 1;
   d.shared_local = m.is_moe() ? m.shared_width() / s.t : 0;

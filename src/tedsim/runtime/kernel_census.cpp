@@ -82,15 +82,15 @@ class CensusOps final : public StepOps {
     const Call call = count("swiglu_backward", double(rows) * ffn);
     in_->swiglu_backward(rows, ffn, x, gy, gx);
   }
-  void attention_forward(int heads, int seq, int hd, const float* q, const float* k, const float* v, float* probs,
-                         float* out) override {
+  void attention_forward(int heads, int seq, int hd, int vd, const float* q, const float* k, const float* v,
+                         float* probs, float* out) override {
     const Call call = count("attention_forward", double(heads) * seq * seq);
-    in_->attention_forward(heads, seq, hd, q, k, v, probs, out);
+    in_->attention_forward(heads, seq, hd, vd, q, k, v, probs, out);
   }
-  void attention_backward(int heads, int seq, int hd, const float* q, const float* k, const float* v, const float* probs,
-                          const float* go, float* gq, float* gk, float* gv) override {
+  void attention_backward(int heads, int seq, int hd, int vd, const float* q, const float* k, const float* v,
+                          const float* probs, const float* go, float* gq, float* gk, float* gv) override {
     const Call call = count("attention_backward", double(heads) * seq * seq);
-    in_->attention_backward(heads, seq, hd, q, k, v, probs, go, gq, gk, gv);
+    in_->attention_backward(heads, seq, hd, vd, q, k, v, probs, go, gq, gk, gv);
   }
   void adam_step(std::size_t n, const kernels::AdamConfig& cfg, int step, float* p, const float* g, float* m,
                  float* v) override {

@@ -10,6 +10,7 @@ int ParamRegistrar::add(const std::string& name, const std::string& kind, int te
   p.tensor_id = tensor_id;
   p.expert = expert;
   p.tp_replicated = tp_replicated;
+  p.tp_partial_grad = tp_replicated && tp_partial_;
   p.unit = unit_;
   if (expert)
     p.primary = expert_data_rank_ == 0;

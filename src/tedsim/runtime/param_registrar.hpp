@@ -16,6 +16,8 @@ class ParamRegistrar {
 
   // The shard unit the next parameters belong to: 0 the embedding, 1 + l layer l, L + 1 the head.
   void set_unit(int unit) { unit_ = unit; }
+  // Whether the next replicated parameters get partial gradients on each tensor rank (ParamInfo).
+  void set_tp_partial_grads(bool partial) { tp_partial_ = partial; }
 
   // A parameter: `tensor_id` names its global tensor; `expert` puts it in the expert buffer;
   // `tp_replicated` when every tensor rank holds it whole; `copy` for a copy of a parameter another
@@ -32,6 +34,7 @@ class ParamRegistrar {
   ParamStore& store_;
   int data_rank_, expert_data_rank_, tensor_rank_;
   int unit_ = 0;
+  bool tp_partial_ = false;
 };
 
 }  // namespace tedsim::runtime

@@ -38,6 +38,9 @@ struct ParamInfo {
   bool expert = false;
   bool primary = true;  // this rank counts the slice in global checksums
   bool tp_replicated = false;  // every tensor rank holds it whole (norms, the router)
+  // Replicated, but each tensor rank's gradient covers only its own heads (MLA's down projections
+  // and latent norms): summed over the tensor group every step, with or without SP.
+  bool tp_partial_grad = false;
   int unit = 0;                // its ZeRO-3 shard unit
   Slice slice;
   float mean = 0.0f;  // value = mean + uniform noise of standard deviation std

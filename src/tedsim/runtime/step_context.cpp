@@ -29,6 +29,15 @@ void StepContext::mm_at_acc(int m, int n, int k, const float* a, const float* b,
 }
 
 void StepContext::rotary_forward(float* qkv) {
+  // The query heads, then the key heads: the first (heads + kv_heads) x head_dim columns.
+  rotary(qkv, dims.local_heads + dims.local_kv_heads, dims.head_dim, dims.local_qkv_width, false);
+}
+
+void StepContext::rotary_backward(float* grad_qkv) {
+  rotary(grad_qkv, dims.local_heads + dims.local_kv_heads, dims.head_dim, dims.local_qkv_width, true);
+}
+
+void StepContext::rotary(float* x, int heads, int head_dim, int row_stride, bool backward) {
   const StepDims& d = dims;
   if (d.rotary_dim == 0) return;
   if (rope_cos.empty()) {
@@ -38,16 +47,10 @@ void StepContext::rotary_forward(float* qkv) {
     ops.from_host(cos.data(), ensure(rope_cos, n), n);
     ops.from_host(sin.data(), ensure(rope_sin, n), n);
   }
-  // The query heads, then the key heads: the first (heads + kv_heads) x head_dim columns.
-  ops.rotary_forward(d.tokens, d.seq, d.local_heads + d.local_kv_heads, d.head_dim, d.rotary_dim, d.local_qkv_width,
-                     rope_cos.data(), rope_sin.data(), qkv);
-}
-
-void StepContext::rotary_backward(float* grad_qkv) {
-  const StepDims& d = dims;
-  if (d.rotary_dim == 0) return;
-  ops.rotary_backward(d.tokens, d.seq, d.local_heads + d.local_kv_heads, d.head_dim, d.rotary_dim, d.local_qkv_width,
-                      rope_cos.data(), rope_sin.data(), grad_qkv);
+  if (backward)
+    ops.rotary_backward(d.tokens, d.seq, heads, head_dim, d.rotary_dim, row_stride, rope_cos.data(), rope_sin.data(), x);
+  else
+    ops.rotary_forward(d.tokens, d.seq, heads, head_dim, d.rotary_dim, row_stride, rope_cos.data(), rope_sin.data(), x);
 }
 
 void StepContext::activation_forward(int rows, int width, const float* x, float* y) {

@@ -38,6 +38,10 @@ struct StepDims {
   // Attention on this rank: heads, key/value heads, their width, and q + k + v side by side.
   int local_heads = 0, local_kv_heads = 0, head_dim = 0, local_q_width = 0, local_kv_width = 0, local_qkv_width = 0;
   int rotary_dim = 0;  // RoPE: the rotated dimensions of each query and key head (0: none)
+  // Multi-head latent attention: the latent ranks (q_lora 0: queries projected directly), each
+  // head's no-position and rotary query/key parts and its value size.
+  bool mla = false;
+  int q_lora = 0, kv_lora = 0, qk_nope = 0, qk_rope = 0, v_head = 0;
   bool swiglu = false;
   int ffn_local = 0, ffn_fc1_local = 0;              // dense MLP: width, and fc1's output (2x with SwiGLU)
   int expert_width = 0;                              // a routed expert's full width
@@ -148,6 +152,9 @@ struct StepContext {
   // its gradient; nothing for a model without it. The cos/sin table is built on first use.
   void rotary_forward(float* qkv);
   void rotary_backward(float* grad_qkv);
+  // RoPE (or its gradient) on `heads` heads of head_dim at x in each of the micro-batch's token
+  // rows of row_stride floats (MLA: each query head's rope part, and the shared rope key).
+  void rotary(float* x, int heads, int head_dim, int row_stride, bool backward);
   // The model's activation (GeLU, or SwiGLU over fc1's two halves) on rows x width outputs.
   void activation_forward(int rows, int width, const float* x, float* y);
   void activation_backward(int rows, int width, const float* x, const float* gy, float* gx);

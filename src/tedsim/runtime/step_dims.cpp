@@ -31,6 +31,14 @@ StepDims step_dims(const ModelSpec& model, const ParallelConfig& cfg, int tensor
   d.local_kv_width = d.local_kv_heads * d.head_dim;
   d.local_qkv_width = d.local_q_width + 2 * d.local_kv_width;
   d.rotary_dim = model.rotary_dim;
+  if (model.is_mla()) {
+    d.mla = true;
+    d.q_lora = model.mla.q_lora_rank;
+    d.kv_lora = model.mla.kv_lora_rank;
+    d.qk_nope = model.mla.qk_nope_head_dim;
+    d.qk_rope = model.mla.qk_rope_head_dim;
+    d.v_head = model.mla.v_head_dim;
+  }
   d.swiglu = model.activation == Activation::swiglu;
   const int gated = d.swiglu ? 2 : 1;  // fc1 holds SwiGLU's gate and up halves
   d.ffn_local = model.ffn / t;

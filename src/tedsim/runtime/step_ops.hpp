@@ -72,11 +72,13 @@ class StepOps {
   virtual void gelu_backward(std::size_t n, const float* x, const float* grad_y, float* grad_x) = 0;
   virtual void swiglu_forward(int rows, int ffn, const float* x, float* y) = 0;
   virtual void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x) = 0;
-  virtual void attention_forward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
-                                 float* probs, float* out) = 0;  // causal
-  virtual void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
-                                  const float* probs, const float* grad_out, float* grad_q, float* grad_k,
-                                  float* grad_v) = 0;
+  // Causal; q and k of head_dim, v and the output of v_dim (MLA: v_dim apart from head_dim on the
+  // CPU step only yet, the CUDA ops throw RunError).
+  virtual void attention_forward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k,
+                                 const float* v, float* probs, float* out) = 0;
+  virtual void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k,
+                                  const float* v, const float* probs, const float* grad_out, float* grad_q,
+                                  float* grad_k, float* grad_v) = 0;
   virtual void adam_step(std::size_t n, const kernels::AdamConfig& cfg, int step, float* params, const float* grads,
                          float* exp_avg, float* exp_avg_sq) = 0;
 

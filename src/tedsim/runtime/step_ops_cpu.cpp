@@ -86,14 +86,14 @@ class CpuStepOps final : public StepOps {
   void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x) override {
     kernels::swiglu_backward(rows, ffn, x, grad_y, grad_x);
   }
-  void attention_forward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v, float* probs,
-                         float* out) override {
-    kernels::attention_forward(heads, seq, head_dim, true, q, k, v, probs, out);
+  void attention_forward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
+                         float* probs, float* out) override {
+    kernels::attention_forward(heads, seq, head_dim, v_dim, true, q, k, v, probs, out);
   }
-  void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
+  void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                           const float* probs, const float* grad_out, float* grad_q, float* grad_k,
                           float* grad_v) override {
-    kernels::attention_backward(heads, seq, head_dim, q, k, v, probs, grad_out, grad_q, grad_k, grad_v);
+    kernels::attention_backward(heads, seq, head_dim, v_dim, q, k, v, probs, grad_out, grad_q, grad_k, grad_v);
   }
   void adam_step(std::size_t n, const kernels::AdamConfig& cfg, int step, float* params, const float* grads,
                  float* exp_avg, float* exp_avg_sq) override {

@@ -16,14 +16,14 @@ using ConstMap = Eigen::Map<const RowMat>;
 using Map = Eigen::Map<RowMat>;
 }  // namespace
 
-void attention_forward(int heads, int seq, int head_dim, bool causal, const float* q, const float* k,
+void attention_forward(int heads, int seq, int head_dim, int v_dim, bool causal, const float* q, const float* k,
                        const float* v, float* probs, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const std::size_t sd = static_cast<std::size_t>(seq) * head_dim;
+  const std::size_t sd = static_cast<std::size_t>(seq) * head_dim, sv = static_cast<std::size_t>(seq) * v_dim;
   const std::size_t ss = static_cast<std::size_t>(seq) * seq;
   for (int hd = 0; hd < heads; ++hd) {
-    ConstMap qm(q + hd * sd, seq, head_dim), km(k + hd * sd, seq, head_dim), vm(v + hd * sd, seq, head_dim);
-    Map pm(probs + hd * ss, seq, seq), om(out + hd * sd, seq, head_dim);
+    ConstMap qm(q + hd * sd, seq, head_dim), km(k + hd * sd, seq, head_dim), vm(v + hd * sv, seq, v_dim);
+    Map pm(probs + hd * ss, seq, seq), om(out + hd * sv, seq, v_dim);
     pm.noalias() = scale * (qm * km.transpose());
     for (int i = 0; i < seq; ++i) {
       float* row = probs + hd * ss + static_cast<std::size_t>(i) * seq;
@@ -39,17 +39,16 @@ void attention_forward(int heads, int seq, int head_dim, bool causal, const floa
   }
 }
 
-void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
-                        const float* probs, const float* grad_out, float* grad_q, float* grad_k,
-                        float* grad_v) {
+void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
+                        const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const std::size_t sd = static_cast<std::size_t>(seq) * head_dim;
+  const std::size_t sd = static_cast<std::size_t>(seq) * head_dim, sv = static_cast<std::size_t>(seq) * v_dim;
   const std::size_t ss = static_cast<std::size_t>(seq) * seq;
   RowMat ds(seq, seq);
   for (int hd = 0; hd < heads; ++hd) {
-    ConstMap qm(q + hd * sd, seq, head_dim), km(k + hd * sd, seq, head_dim), vm(v + hd * sd, seq, head_dim);
-    ConstMap pm(probs + hd * ss, seq, seq), gom(grad_out + hd * sd, seq, head_dim);
-    Map gq(grad_q + hd * sd, seq, head_dim), gk(grad_k + hd * sd, seq, head_dim), gv(grad_v + hd * sd, seq, head_dim);
+    ConstMap qm(q + hd * sd, seq, head_dim), km(k + hd * sd, seq, head_dim), vm(v + hd * sv, seq, v_dim);
+    ConstMap pm(probs + hd * ss, seq, seq), gom(grad_out + hd * sv, seq, v_dim);
+    Map gq(grad_q + hd * sd, seq, head_dim), gk(grad_k + hd * sd, seq, head_dim), gv(grad_v + hd * sv, seq, v_dim);
     gv.noalias() = pm.transpose() * gom;
     ds.noalias() = gom * vm.transpose();  // dP
     for (int i = 0; i < seq; ++i) {

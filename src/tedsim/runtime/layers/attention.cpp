@@ -29,7 +29,7 @@ void SelfAttention::forward(StepContext& c, const float* xn, AttentionActs& A, f
   c.rotary_forward(qkv.data());
   const std::size_t hs = static_cast<std::size_t>(bh) * d.seq * d.head_dim;
   c.ops.split_heads(c.head_shape(), qkv.data(), ensure(A.q, hs), ensure(A.k, hs), ensure(A.v, hs));
-  c.ops.attention_forward(bh, d.seq, d.head_dim, A.q.data(), A.k.data(), A.v.data(),
+  c.ops.attention_forward(bh, d.seq, d.head_dim, d.head_dim, A.q.data(), A.k.data(), A.v.data(),
                           ensure(A.probs, static_cast<std::size_t>(bh) * d.seq * d.seq), ensure(A.ctx_heads, hs));
   c.ops.heads_to_tokens(c.head_shape(), A.ctx_heads.data(), ensure(A.ctx, static_cast<std::size_t>(T) * q_l));
   if (c.cfg.recomputes(kRecomputeCoreAttn)) release(A.probs);
@@ -53,9 +53,9 @@ float* SelfAttention::backward(StepContext& c, const float* xn, AttentionActs& A
   float *gq = gctxh + hs, *gk = gctxh + 2 * hs, *gv = gctxh + 3 * hs;
   const bool recompute = c.cfg.recomputes(kRecomputeCoreAttn);
   if (recompute)
-    c.ops.attention_forward(bh, d.seq, d.head_dim, A.q.data(), A.k.data(), A.v.data(),
+    c.ops.attention_forward(bh, d.seq, d.head_dim, d.head_dim, A.q.data(), A.k.data(), A.v.data(),
                             ensure(A.probs, static_cast<std::size_t>(bh) * d.seq * d.seq), A.ctx_heads.data());
-  c.ops.attention_backward(bh, d.seq, d.head_dim, A.q.data(), A.k.data(), A.v.data(), A.probs.data(), gctxh, gq, gk,
+  c.ops.attention_backward(bh, d.seq, d.head_dim, d.head_dim, A.q.data(), A.k.data(), A.v.data(), A.probs.data(), gctxh, gq, gk,
                            gv);
   if (recompute) release(A.probs);
   float* gqkv = ensure(ws.wide2, static_cast<std::size_t>(T) * qkv_l);

@@ -9,15 +9,22 @@ void NormLayer::register_params(ParamRegistrar& reg, const ModelSpec& model, con
 }
 
 void NormLayer::forward(StepContext& c, const float* x, float* y, NormActs& a) {
-  const int rows = c.dims.local_tokens, h = c.dims.hidden;
+  forward(c, c.dims.local_tokens, c.dims.hidden, x, y, a);
+}
+
+void NormLayer::backward(StepContext& c, const float* x, const NormActs& a, const float* gy, float* gx) {
+  backward(c, c.dims.local_tokens, c.dims.hidden, x, a, gy, gx);
+}
+
+void NormLayer::forward(StepContext& c, int rows, int h, const float* x, float* y, NormActs& a) {
   if (beta_ < 0)
     c.ops.rmsnorm_forward(rows, h, kNormEps, x, c.P(gamma_), y, ensure(a.rstd, rows));
   else
     c.ops.layernorm_forward(rows, h, kNormEps, x, c.P(gamma_), c.P(beta_), y, ensure(a.mean, rows), ensure(a.rstd, rows));
 }
 
-void NormLayer::backward(StepContext& c, const float* x, const NormActs& a, const float* gy, float* gx) {
-  const int rows = c.dims.local_tokens, h = c.dims.hidden;
+void NormLayer::backward(StepContext& c, int rows, int h, const float* x, const NormActs& a, const float* gy,
+                         float* gx) {
   Workspace& ws = c.ws;
   if (beta_ < 0) {
     c.ops.rmsnorm_backward(rows, h, x, c.P(gamma_), a.rstd.data(), gy, gx, ensure(ws.norm_gamma_grad, h));

@@ -18,9 +18,13 @@ class NormLayer {
   // `noise` > 0 randomizes both (gradient checks).
   void register_params(ParamRegistrar& reg, const ModelSpec& model, const std::string& name, const std::string& kind,
                        int tensor_id, int hidden, float noise);
+  // Over the layer's token rows of `hidden` (the decoder's norms).
   void forward(StepContext& c, const float* x, float* y, NormActs& a);
   // gx = d(loss)/dx for gy = d(loss)/dy; the gain's (and bias's) gradients accumulate.
   void backward(StepContext& c, const float* x, const NormActs& a, const float* gy, float* gx);
+  // Over `rows` rows of `width` (MLA's latent norms, on every token of the micro-batch).
+  void forward(StepContext& c, int rows, int width, const float* x, float* y, NormActs& a);
+  void backward(StepContext& c, int rows, int width, const float* x, const NormActs& a, const float* gy, float* gx);
 
  private:
   int gamma_ = -1, beta_ = -1;

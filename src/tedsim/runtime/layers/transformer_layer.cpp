@@ -13,7 +13,10 @@ void TransformerLayer::register_params(ParamRegistrar& reg, const StepContext& c
   const std::string p = "layer" + std::to_string(index_) + ".";
   const int h = c.dims.hidden;
   norm1_.register_params(reg, c.model, p + "ln1", "ln", base + 0, h, init.norm_noise);
-  attention_.register_params(reg, c, p, base + 2, init.stdv, init.out_std);
+  if (c.dims.mla)
+    mla_.register_params(reg, c, p, base + 50, init.stdv, init.out_std, init.norm_noise);
+  else
+    attention_.register_params(reg, c, p, base + 2, init.stdv, init.out_std);
   norm2_.register_params(reg, c.model, p + "ln2", "ln", base + 4, h, init.norm_noise);
   if (moe_)
     moe_->register_params(reg, c, expert_rank, p, base + 8, init.stdv, init.out_std, init.gate_std);
@@ -25,7 +28,10 @@ void TransformerLayer::forward(StepContext& c, const float* x, LayerActs& A, flo
   const std::size_t Thl = static_cast<std::size_t>(c.dims.local_tokens) * c.dims.hidden;
   norm1_.forward(c, x, ensure(A.xn1, Thl), A.norm1);
   float* x1 = ensure(A.x1, Thl);
-  attention_.forward(c, A.xn1.data(), A.attention, x1);
+  if (c.dims.mla)
+    mla_.forward(c, A.xn1.data(), A.mla, x1);
+  else
+    attention_.forward(c, A.xn1.data(), A.attention, x1);
   c.add_into(Thl, x, x1);
   norm2_.forward(c, x1, ensure(A.xn2, Thl), A.norm2);
   if (moe_)
@@ -47,7 +53,8 @@ void TransformerLayer::backward(StepContext& c, const float* x, LayerActs& A, fl
   float* gln = ensure(ws.hidden_grad2, Thl);
   norm2_.backward(c, A.x1.data(), A.norm2, gxn, gln);
   c.add_into(Thl, gln, g);
-  const float* gxn1 = attention_.backward(c, A.xn1.data(), A.attention, g);
+  const float* gxn1 = c.dims.mla ? mla_.backward(c, A.xn1.data(), A.mla, g)
+                                 : attention_.backward(c, A.xn1.data(), A.attention, g);
   norm1_.backward(c, x, A.norm1, gxn1, gln);
   c.add_into(Thl, gln, g);
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tedsim/runtime/layers/attention.hpp"
+#include "tedsim/runtime/layers/mla_attention.hpp"
 #include "tedsim/runtime/layers/mlp.hpp"
 #include "tedsim/runtime/layers/norm.hpp"
 #include "tedsim/runtime/moe/moe_layer.hpp"
@@ -16,6 +17,7 @@ struct LayerActs {
   Tensor xn1, x1, xn2;  // the first norm's output, the residual after attention, the second norm's output
   NormActs norm1, norm2;
   AttentionActs attention;
+  MlaActs mla;  // MLA models' attention instead
   MlpActs mlp;
   MoeActs moe;
 };
@@ -30,7 +32,7 @@ struct InitScales {
 class TransformerLayer {
  public:
   TransformerLayer(const StepContext& c, int index);
-  // Its parameters as global tensors 100 (l + 1) + 0..12, in ZeRO-3 unit l + 1.
+  // Its parameters as global tensors 100 (l + 1) + 0..12 (MLA's attention: + 50..58), in ZeRO-3 unit l + 1.
   void register_params(ParamRegistrar& reg, const StepContext& c, int expert_rank, const InitScales& init);
   void forward(StepContext& c, const float* x, LayerActs& A, float* out);
   // g: d(loss)/d(out) on entry, d(loss)/dx on exit.
@@ -40,6 +42,7 @@ class TransformerLayer {
   int index_;
   NormLayer norm1_, norm2_;
   SelfAttention attention_;
+  MlaAttention mla_;  // MLA models (StepDims::mla) run this instead of attention_
   TensorParallelMlp mlp_;
   std::unique_ptr<MoeLayer> moe_;  // an MoE layer's block instead of the MLP
 };
