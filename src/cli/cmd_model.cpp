@@ -38,7 +38,9 @@ std::string attention_text(const ModelSpec& m) {
   return std::string(to_string(m.attention)) + ": " + std::to_string(m.heads) + " heads, " + std::to_string(m.kv_heads) +
          " kv heads, head_dim " + std::to_string(m.head_dim()) + (m.qkv_bias || m.linear_bias ? ", qkv bias" : "") +
          (m.rotary_dim > 0 ? ", rotary on " + std::to_string(m.rotary_dim) + " (theta " + fixed(m.rope_theta, 0) + ")"
-                            : ", no rotary") + window_text(m);
+                            : ", no rotary") +
+         (m.qk_norm == QkNorm::none ? "" : std::string(", q/k norm per ") + (m.qk_norm == QkNorm::head ? "head" : "projection")) +
+         window_text(m);
 }
 
 std::string routing_text(const ModelSpec& m) {
@@ -62,6 +64,7 @@ nlohmann::json summary_json(const ModelSpec& m, const ModelSummary& s, int seq) 
   j["head_dim"] = m.head_dim();
   j["rotary_dim"] = m.rotary_dim;
   if (m.rotary_dim > 0) j["rope_theta"] = m.rope_theta;
+  j["qk_norm"] = to_string(m.qk_norm);
   j["attention"] = to_string(m.attention);
   j["sliding_window"] = m.sliding_window;
   j["full_attention_every"] = m.full_attention_every;

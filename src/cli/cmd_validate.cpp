@@ -103,6 +103,7 @@ std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& 
   if (m.head_dim() * m.heads != m.hidden && backend == Backend::cuda)
     return "head_dim " + std::to_string(m.head_dim()) + " != hidden / heads on the CUDA backend (the CPU backend runs it)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
+  if (m.qk_norm == QkNorm::projection) return "OLMoE's norm of the whole query and key projections (Qwen3's per head runs)";
   if (m.sliding_window > 0) return "sliding-window attention";
   if (!m.is_moe()) return {};
   const MoeSpec& e = m.moe;

@@ -38,7 +38,7 @@ enum TodaysMoe {
                         // a dense first layer, SwiGLU, RMSNorm, renormalized softmax-top-k, RoPE
   kSigmoidGroups = 2,   // DeepSeek-V3's sigmoid router, renormalized, scaled 2.5, within 2 of 4 groups, dropless
   kTopkSoftmax = 3,     // Mixtral's top-k-softmax router, top-2, a roomy capacity; head_dim 16 != hidden / heads,
-                        // RoPE on half of each head at Qwen3's base
+                        // RoPE on half of each head at Qwen3's base after Qwen3's per-head q/k norms
   kMla = 4,             // kDroplessShared with DeepSeek's multi-head latent attention: q latent 16, kv latent 8,
                         // query/key heads 4 + 4 rope, value heads 6 (apart from the query/key size)
   kMlaDirectQ = 5,      // the same without the q latent (DeepSeek-V2-Lite's queries straight from x)
@@ -82,6 +82,7 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
     m.head_dim_given = 16;  // Qwen3's way: heads x head_dim (64) apart from hidden (32)
     m.rotary_dim = 8;       // partial rotation (partial_rotary_factor 0.5)
     m.rope_theta = 1e6;
+    m.qk_norm = QkNorm::head;  // Qwen3's q_norm and k_norm
   }
   m.validate("runtime test model");
   return m;

@@ -309,6 +309,7 @@ INSTANTIATE_TEST_SUITE_P(
                       EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kMla},
                       EqCase{2, 2, 1, kTed, false, false, false, false, 0, 1, 1, false, kMla, true},
                       EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kMlaDirectQ},
+                      EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTopkSoftmax},
                       EqCase{4, 2, 2, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
                       EqCase{4, 2, 1, kTed, false, false, false, true, 0, 2, 1, false, kTedModel, true}),
     [](const ::testing::TestParamInfo<EqCase>& p) { return name_of(p.param); });

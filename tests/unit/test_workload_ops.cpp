@@ -69,6 +69,31 @@ TEST(Rotary, RotatesTheLocalQueryAndKeyHeadsOnce) {
   EXPECT_EQ(find_op(gpt.workload(c).dense.forward, "rotary"), nullptr);
 }
 
+// Qwen3 normalizes every local query and key head before RoPE (read and written once, and back
+// in backward); OLMoE its whole projections, the same elements; Llama and Mixtral neither.
+TEST(QkNorm, NormalizesTheLocalQueryAndKeyHeads) {
+  const ParallelConfig c = test::config(16, 2, 1, 1, 16);
+  for (const char* name : {"hf/qwen3-30b-a3b", "qwen3-30b-a3b"}) {  // 32 heads, 4 key heads, head_dim 128
+    const ModelSpec m = test::model(name);
+    EXPECT_EQ(m.qk_norm, QkNorm::head) << name;
+    const test::Bench bench(m, "dgx-h100");
+    const Workload w = bench.workload(c);
+    const Op* norm = find_op(w.moe.forward, "qk_norm");
+    ASSERT_NE(norm, nullptr) << name;
+    EXPECT_EQ(norm->kernel, KernelKind::layernorm);
+    EXPECT_DOUBLE_EQ(norm->bytes, 2.0 * double(w.shape.tokens) * 128 * (32 / 2 + 4 / 2) * w.shape.act_bytes);
+    EXPECT_NE(find_op(w.moe.backward, "qk_norm"), nullptr);
+  }
+  EXPECT_EQ(test::model("hf/olmoe-1b-7b").qk_norm, QkNorm::projection);
+  EXPECT_EQ(test::model("olmoe-1b-7b").qk_norm, QkNorm::projection);
+  for (const char* name : {"hf/llama-3.1-70b", "hf/mixtral-8x7b", "hf/deepseek-v3"}) {
+    const ModelSpec m = test::model(name);
+    EXPECT_EQ(m.qk_norm, QkNorm::none) << name;
+    const test::Bench bench(m, "dgx-h100");
+    EXPECT_EQ(find_op(bench.workload(c).dense.forward, "qk_norm"), nullptr) << name;
+  }
+}
+
 TEST(Dropout, ProbabilitiesOutsideZeroToOneAreRejectedWithTheKey) {
   const std::string path = ::testing::TempDir() + "tedsim_dropout.yaml";
   for (const char* bad : {"attention_dropout: 1.0", "hidden_dropout: -0.1"}) {

@@ -184,6 +184,10 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   d.qk_rope = m.mla.qk_rope_head_dim;
   // Every local query head, and the local key heads (MLA: one rope key shared by all heads).
   d.rotary_elems_per_token = std::int64_t(m.rotary_dim) * (d.heads_local + (d.mla ? 1 : m.kv_heads / s.t));
+  // Every local query head and key head (one at least: Megatron-Core replicates key heads when
+  // the tensor group is wider than their count).
+  if (m.qk_norm != QkNorm::none)
+    d.qk_norm_elems_per_token = std::int64_t(d.head_dim) * (d.heads_local + std::max(1, m.kv_heads / s.t));
   d.core_attention = m.core_attention;
   return d;
 }
@@ -237,6 +241,9 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     x.norm_gemm("mla_kv_up", d.T, d.heads_local * (d.qk_head_dim - d.qk_rope + d.v_head_dim), d.kv_lora);
   } else {
     x.norm_gemm("qkv_proj", d.T, d.qkv_out, d.h);
+    // Qwen3's and OLMoE's norms of the queries and keys (Megatron-Core's qk_layernorm), before RoPE.
+    if (d.qk_norm_elems_per_token > 0)
+      x.kernel("qk_norm", KernelKind::layernorm, 2.0 * double(d.T) * double(d.qk_norm_elems_per_token) * d.B);
   }
   // RoPE on the queries and keys (Megatron-Core's fused apply_rotary_pos_emb): reads and writes
   // each rotated element once; the cos/sin table is s x rotary_dim, cached.

@@ -126,6 +126,7 @@ struct LayerDims {
   std::int64_t qk_head_dim, v_head_dim, q_lora, kv_lora, qk_rope;
   // Rotary position embedding: the query and key elements it rotates per token on this rank.
   std::int64_t rotary_elems_per_token;
+  std::int64_t qk_norm_elems_per_token = 0;  // the query and key elements a q/k norm reads (0: none)
   AttentionKernel core_attention;
   std::int64_t window = 0;  // this layer kind's sliding window (0: full causal)
 };

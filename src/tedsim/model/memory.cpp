@@ -43,6 +43,8 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   } else {
     const double kv_local = std::max(1.0, double(m.kv_heads) / t);
     qkv_width = heads_local * m.head_dim() + 2.0 * kv_local * m.head_dim();
+    // A q/k norm keeps its input, the query and the key before it, beside its output.
+    if (m.qk_norm != QkNorm::none) qkv_width += heads_local * m.head_dim() + kv_local * m.head_dim();
   }
   const double out_width = heads_local * (m.is_mla() ? m.mla.v_head_dim : m.head_dim());
   // FP8: the output projection keeps its own FP8 copy of the core's output beside the core's bf16 one.

@@ -398,6 +398,10 @@ HfImport import_hf_config_text(const std::string& text, const std::string& path)
   m.tie_embeddings = r.boolean("tie_word_embeddings", false);
   read_activation(r, m);
   read_attention(r, family, m);
+  // The architectures' own q/k norms (no config key says so): Qwen3's per head (q_norm, k_norm over
+  // head_dim), OLMoE's over the whole projections.
+  if (family == Family::qwen3 || family == Family::qwen3_moe) m.qk_norm = QkNorm::head;
+  if (family == Family::olmoe) m.qk_norm = QkNorm::projection;
   // RoPE's base (transformers' default 10000 where the config gives none): the numerics of the
   // training step's rotation, not its cost.
   m.rope_theta = r.number("rope_theta", r.nested_number("rope_parameters", "rope_theta", kDefaultRopeTheta));

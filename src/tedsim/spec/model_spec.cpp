@@ -30,6 +30,15 @@ const char* to_string(Attention a) {
 
 const char* to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
 
+const char* to_string(QkNorm n) {
+  switch (n) {
+    case QkNorm::none: return "none";
+    case QkNorm::head: return "head";
+    case QkNorm::projection: return "projection";
+  }
+  return "?";
+}
+
 bool ModelSpec::is_moe_layer(int layer) const {
   if (!is_moe()) return false;
   if (!moe.layers.empty()) return std::binary_search(moe.layers.begin(), moe.layers.end(), layer);

@@ -30,6 +30,11 @@ const char* to_string(Attention a);
 enum class Norm { layernorm, rmsnorm };
 const char* to_string(Norm n);
 
+// A norm of the queries and keys before RoPE (Megatron-Core's qk_layernorm): Qwen3's q_norm and
+// k_norm over each head's head_dim, or OLMoE's over the whole query and key projections.
+enum class QkNorm { none, head, projection };
+const char* to_string(QkNorm n);
+
 // Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank
 // latents; each head's query/key is a no-position part and a rotary part.
 struct MlaSpec {
@@ -91,6 +96,7 @@ struct ModelSpec {
   // Rotary position embedding (RoPE): dimensions of each query and key head it rotates (0: none,
   // GPT-2/3's learned positions). MLA rotates its qk_rope_head_dim part.
   int rotary_dim = 0;
+  QkNorm qk_norm = QkNorm::none;  // the model's norm kind, on the queries and keys after the projection
   // RoPE's base theta: pair i of a head turns by pos * theta^(-2i / rotary_dim). It sets the
   // numerics of validate's training step, not any cost; frequency scaling (rope_scaling) is not run.
   double rope_theta = kDefaultRopeTheta;

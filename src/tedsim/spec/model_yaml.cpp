@@ -114,6 +114,11 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   else if (root.has("mla")) root.fail("mla", "MLA ranks need attention: mla");
   static const std::pair<const char*, Norm> norms[] = {{"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}};
   m.norm = choice(root, "norm", "layernorm", norms);
+  static const std::pair<const char*, QkNorm> qk_norms[] = {
+      {"none", QkNorm::none}, {"head", QkNorm::head}, {"projection", QkNorm::projection}};
+  m.qk_norm = choice(root, "qk_norm", "none", qk_norms);
+  if (m.qk_norm != QkNorm::none && m.attention == Attention::mla)
+    root.fail("qk_norm", "MLA normalizes its latents, not its queries and keys (give none)");
   m.linear_bias = root.boolean("bias", false);
   m.qkv_bias = root.boolean("qkv_bias", false);
   m.hidden_dropout = root.nonnegative_number("hidden_dropout", 0.0);

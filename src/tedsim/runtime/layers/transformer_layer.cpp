@@ -16,7 +16,7 @@ void TransformerLayer::register_params(ParamRegistrar& reg, const StepContext& c
   if (c.dims.mla)
     mla_.register_params(reg, c, p, base + 50, init.stdv, init.out_std, init.norm_noise);
   else
-    attention_.register_params(reg, c, p, base + 2, init.stdv, init.out_std);
+    attention_.register_params(reg, c, p, base + 2, init.stdv, init.out_std, init.norm_noise);
   norm2_.register_params(reg, c.model, p + "ln2", "ln", base + 4, h, init.norm_noise);
   if (moe_)
     moe_->register_params(reg, c, expert_rank, p, base + 8, init.stdv, init.out_std, init.gate_std);
