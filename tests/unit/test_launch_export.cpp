@@ -146,6 +146,39 @@ TEST(LaunchExport, TheAllToAllOverlapBecomesMegatronFlags) {
   EXPECT_NE(mlm.find("--num-virtual-stages-per-pipeline-rank 2"), std::string::npos) << mlm;
 }
 
+// Rotary models get RoPE with their base (Megatron-LM defaults to learned positions), partial
+// rotation as a share, Qwen3's q/k norm; GPT-style models none of it. Every flag exists upstream.
+TEST(LaunchExport, RopeAndQkNormBecomeMegatronFlags) {
+  const std::set<std::string> megatron = names("megatron-lm-flags.txt");
+  std::set<std::string> mds = names("megatron-deepspeed-flags.txt");
+  for (const std::string& k : names("deepspeed-config-keys.txt"))
+    if (k.rfind("--", 0) == 0) mds.insert(k);  // deepspeed.add_config_arguments' flags
+  ModelSpec qwen = test::model("qwen3-30b-a3b");
+  test::Bench bench(qwen, "dgx-h100");
+  const Prediction p = plan_of(bench, {"qwen3-30b-a3b", -1, 16, 1, 1, 1, 16, 1, 1024, 1, false, true, Recompute::none});
+  const std::string mlm = megatron_launch(bench.m, bench.topo, p);
+  for (const std::string& f : flags_of(mlm)) EXPECT_EQ(megatron.count(f), 1u) << f << " in\n" << mlm;
+  EXPECT_NE(mlm.find("--position-embedding-type rope\n"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--rotary-base 1000000\n"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--qk-layernorm"), std::string::npos) << mlm;
+  EXPECT_EQ(mlm.find("--rotary-percent"), std::string::npos) << mlm;  // the whole head
+  const std::string args = megatron_deepspeed_launch(bench.m, bench.topo, p, "ds_config.json");
+  for (const std::string& f : flags_of(args)) EXPECT_EQ(mds.count(f), 1u) << f << " in\n" << args;
+  EXPECT_NE(args.find("--rotary-position-embeddings-theta 1000000\n"), std::string::npos) << args;
+  ModelSpec half = qwen;
+  half.rotary_dim = 64;  // half of head_dim 128
+  test::Bench halved(half, "dgx-h100");
+  EXPECT_NE(megatron_launch(halved.m, halved.topo, plan_of(halved, {"qwen3-30b-a3b", -1, 16, 1, 1, 1, 16, 1, 1024, 1, false, true,
+                                                                      Recompute::none}))
+                .find("--rotary-percent 0.5000\n"),
+            std::string::npos);
+  test::Bench gpt(test::model("ted-1.3b"), "dgx-h100");
+  const std::string dense = megatron_launch(gpt.m, gpt.topo, plan_of(gpt, {"ted-1.3b", 0, 32, 4, 2, 2, 1, 1, 256, 1, true, true,
+                                                                             Recompute::selective}));
+  EXPECT_EQ(dense.find("--position-embedding-type"), std::string::npos) << dense;
+  EXPECT_EQ(dense.find("--qk-layernorm"), std::string::npos) << dense;
+}
+
 TEST(LaunchExport, KnobsWithoutUpstreamFlagsAreCommentsNotFlags) {
   test::Bench bench(test::model("ted-1.3b"), "dgx-h100");
   const Plan k{"ted-1.3b", -1, 64, 1, 1, 2, 8, 1, 256, 1, false, true, Recompute::full};

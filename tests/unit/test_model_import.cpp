@@ -76,6 +76,8 @@ TEST(ModelImport, YamlTwinsResolveToTheSameModelAsTheirImports) {
     EXPECT_EQ(yaml.moe.group_limited(), hf.moe.group_limited()) << name;
     EXPECT_EQ(yaml.head_dim(), hf.head_dim()) << name;
     EXPECT_EQ(yaml.rotary_dim, hf.rotary_dim) << name;
+    EXPECT_EQ(yaml.rope_theta, hf.rope_theta) << name;
+    EXPECT_EQ(yaml.qk_norm, hf.qk_norm) << name;
   }
 }
 

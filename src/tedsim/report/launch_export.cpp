@@ -75,6 +75,26 @@ void model_shape(ArgList& a, const ModelSpec& m, int seq, bool megatron_core) {
     a.flag("--qk-pos-emb-head-dim", n(m.mla.qk_rope_head_dim));
     a.flag("--v-head-dim", n(m.mla.v_head_dim));
   }
+  if (m.rotary_dim > 0) {
+    // RoPE (Megatron-LM's default is learned absolute positions); a share of each head where the
+    // model rotates only part of it (MLA: of its rope part).
+    const int rotatable = m.is_mla() ? m.mla.qk_rope_head_dim : m.head_dim();
+    const std::string base = n(std::llround(m.rope_theta));
+    if (megatron_core) {
+      a.flag("--position-embedding-type", "rope");
+      a.flag("--rotary-base", base);
+    } else {
+      a.flag("--use-rotary-position-embeddings");
+      a.flag("--rotary-position-embeddings-theta", base);
+    }
+    if (m.rotary_dim != rotatable) a.flag("--rotary-percent", fixed(double(m.rotary_dim) / rotatable, 4));
+  }
+  if (m.qk_norm != QkNorm::none) {
+    if (megatron_core)
+      a.flag("--qk-layernorm", "", m.qk_norm == QkNorm::head ? "" : "per head; the model normalizes the whole projections");
+    else
+      a.comment("the model's q/k norm has no Megatron-DeepSpeed flag");
+  }
   if (m.norm == Norm::rmsnorm) a.flag("--normalization", "RMSNorm");
   if (!m.linear_bias) a.flag("--disable-bias-linear");
   if (m.qkv_bias && !m.linear_bias) a.flag("--add-qkv-bias");
