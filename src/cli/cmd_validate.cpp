@@ -90,13 +90,13 @@ double host_memory_per_rank(int world_size) {
   return kib * 1024.0 / std::max(1, ranks);
 }
 
-// What the training step runs: the TED decoder (layernorm, or RMSNorm on the CPU backend; no
-// biases; rotary embeddings without frequency scaling; multi-head or grouped-query attention, head_dim apart from
-// hidden/heads on the CPU backend) with routed experts of any width, shared experts, dense and MoE
-// layers in any pattern; on the CPU backend every router of kernels/cpu/router.hpp and dropless
-// routing over all-to-all-v (with expert TP and without DTD when t > 1), on the CUDA backend
-// DeepSpeed's softmax-top-k gating with a capacity. The first feature of `m` under `c` outside
-// that, in words; empty if none.
+// What the training step runs: the decoder with layernorm or RMSNorm, no biases, rotary embeddings
+// without frequency scaling, multi-head or grouped-query attention with Qwen3's per-head q/k norms
+// (on the CPU backend also head_dim apart from hidden/heads, and multi-head latent attention),
+// routed experts of any width, shared experts, dense and MoE layers in any pattern; on the CPU
+// backend every router of kernels/cpu/router.hpp and dropless routing over all-to-all-v (with
+// expert TP and without DTD when t > 1), on the CUDA backend DeepSpeed's softmax-top-k gating with
+// a capacity. The first feature of `m` under `c` outside that, in words; empty if none.
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
   if (m.is_mla() && backend == Backend::cuda) return "multi-head latent attention (MLA) on the CUDA backend (the CPU backend runs it)";
   if (m.mtp_layers > 0) return "multi-token prediction (mtp_layers)";
@@ -171,7 +171,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                      "pair (simulate and search model flex)");
   if (const std::string why = model_the_step_cannot_run(in.model, c, backend); !why.empty())
     throw InputError("model '" + in.model.name + "': validate cannot run " + why +
-                     " yet (simulate and search model it; the CPU training step is the TED one)");
+                     " yet (simulate and search model it)");
   for (int p = 0; p < runtime::kPhaseCount; ++p)
     if (std::strcmp(runtime::phase_key(p), to_string(Phase(p))) != 0)
       throw RunError("validate: runtime phase " + std::string(runtime::phase_key(p)) + " does not match cost-model phase " +
