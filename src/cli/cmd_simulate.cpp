@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "tedsim/core/error.hpp"
 #include "inputs.hpp"
+#include "op_breakdown.hpp"
 #include "tedsim/profile/measured_profile.hpp"
 #include "prediction_tables.hpp"
 #include "tedsim/report/prediction_json.hpp"
@@ -26,6 +27,7 @@ struct SimulateOptions {
   InputOptions in;
   ConfigOptions knobs = default_knobs();
   std::string trace;
+  bool ops = false;
   std::vector<std::string> emit;
 };
 
@@ -45,6 +47,7 @@ int run_simulate(const SimulateOptions& o) {
   const bool record = !o.trace.empty() || !o.in.html.empty();
   const Prediction p = evaluator.evaluate(c, record ? &trace : nullptr);
   print_prediction(out, p);
+  if (o.ops) print_op_breakdown(out, evaluator.workload_for(c), in.model);
   print_profile_warnings(out, *in.profile);
   const double far_share = print_far_lookup_share(out, in, c, p.sim.iteration_s);
   const auto spread = print_prediction_range(out, in, c, p.sim.iteration_s);
@@ -59,6 +62,7 @@ int run_simulate(const SimulateOptions& o) {
     doc["kind"] = "simulate";
     if (far_share >= 0) doc["profile_far_share"] = far_share;  // of the iteration, on far extrapolations
     if (spread) doc["iteration_time_s_range"] = {spread->first, spread->second};
+    if (o.ops) doc["ops"] = op_breakdown_json(evaluator.workload_for(c), in.model);
     // The timeline is for the HTML page (thousands of events); --trace FILE writes it for tools.
     if (!o.in.html.empty()) doc["timeline"] = timeline_json(trace);
     write_results(o.in, doc, in, out);
@@ -74,6 +78,9 @@ void register_simulate(CLI::App& app, Action& action) {
   add_input_options(*cmd, o->in);
   add_config_options(*cmd, o->knobs);
   cmd->add_option("--trace", o->trace, "write the simulated timeline as a Chrome/Perfetto trace");
+  cmd->add_flag("--ops", o->ops,
+                "list every op of each layer kind (forward, recompute, backward) with its time, FLOPs or bytes and "
+                "the rate that implies (JSON: ops)");
   add_emit_option(*cmd, o->emit);
   cmd->callback([o, cmd, &action] {
     note_defaulted_degrees(*cmd, o->knobs);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -96,6 +97,49 @@ TEST(Cli, TraceIsAChromeTraceWithBothStreams) {
   EXPECT_TRUE(dp);
 }
 
+
+// --ops lists each block the model runs, once per distinct layer kind, with how many layers run it
+// and every op the block's time is made of; the expert GEMMs carry the local experts as a batch.
+TEST(Cli, SimulateOpsListsEveryOpOfEachLayerKind) {
+  auto ops_of = [](int ep) {
+    const CommandRun r = run_tedsim(
+        "simulate --model gpt-oss-120b --topology dgx-h100 --gpus 64 --global-batch 1280 --tp 1 --pp 4 --ep " +
+        std::to_string(ep) + " --micro-batch 1 --zero 1 --dtype bf16 --imbalance 1.0 --attention-kernel flash --ops --json -");
+    EXPECT_EQ(r.code, 0);
+    return nlohmann::json::parse(r.out)["ops"];
+  };
+  const nlohmann::json ops = ops_of(8);
+  std::map<std::string, int> layers;
+  for (const auto& block : ops) {
+    layers[block["block"].get<std::string>()] = block["count"].get<int>();
+    for (const auto& [pass, content] : block["passes"].items()) {
+      double sum = 0;
+      for (const auto& op : content["ops"]) sum += op["seconds"].get<double>();
+      EXPECT_NEAR(sum, content["seconds"].get<double>(), 1e-9 * sum) << block["block"] << " " << pass;
+    }
+  }
+  // gpt-oss: 36 MoE layers, every other one with a 128-token window; an embedding and a head.
+  EXPECT_EQ(layers["MoE layer"], 18);
+  EXPECT_EQ(layers["MoE layer, windowed"], 18);
+  EXPECT_EQ(layers.count("dense layer"), 0u);
+  EXPECT_EQ(layers["head and loss"], 1);
+  auto expert_fc1 = [](const nlohmann::json& blocks) {
+    for (const auto& block : blocks)
+      if (block["block"] == "MoE layer")
+        for (const auto& op : block["passes"]["forward"]["ops"])
+          if (op["name"] == "expert_fc1") return op;
+    return nlohmann::json();
+  };
+  const nlohmann::json fc1 = expert_fc1(ops);
+  ASSERT_FALSE(fc1.is_null());
+  EXPECT_EQ(fc1["kind"], "gemm");
+  // 128 experts over 8 ranks, balanced: 16 local ones, each of 4096 tokens x top-4 x 8 ranks / 128 rows.
+  EXPECT_EQ(fc1["shape"]["batch"], 16);
+  EXPECT_EQ(fc1["shape"]["m"], 1024);
+  EXPECT_EQ(fc1["shape"]["n"], 2 * 2880);  // SwiGLU's gate and up halves
+  EXPECT_DOUBLE_EQ(fc1["flops"].get<double>(), 2.0 * 16 * 1024 * 5760 * 2880);
+  EXPECT_EQ(expert_fc1(ops_of(16))["shape"]["batch"], 8);
+}
 TEST(Cli, HelpWorksEverywhere) {
   const CommandRun top = run_tedsim("--help");
   EXPECT_EQ(top.code, 0);
