@@ -25,6 +25,7 @@
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
 #include "tedsim/kernels/device.hpp"
+#include "gpu_device_arrays.hpp"
 #include "gpu_test_support.hpp"
 
 namespace tedsim::kernels {
@@ -32,11 +33,15 @@ namespace {
 
 namespace cu = tedsim::kernels::cuda;
 
-constexpr float kGarbage = 12345.0f;  // initial value of outputs that must be overwritten
-
 using GpuStep = gpu_test::Gpu;
 
 using gpu_test::random_vector;
+using gpu_test::kGarbage;
+using gpu_test::DevF;
+using gpu_test::DevI;
+using gpu_test::expect_close;
+using gpu_test::expect_close_to_max;
+using gpu_test::max_abs;
 
 std::vector<std::int32_t> random_ids(std::size_t n, unsigned seed, int lo, int hi) {
   std::mt19937 rng(seed);
@@ -44,50 +49,6 @@ std::vector<std::int32_t> random_ids(std::size_t n, unsigned seed, int lo, int h
   std::vector<std::int32_t> v(n);
   for (auto& x : v) x = dist(rng);
   return v;
-}
-
-// A device array filled from the host through cu::copy (so the copies are exercised everywhere);
-// 4 spare bytes keep the pointer non-null for empty arrays.
-template <class T>
-struct Dev {
-  cu::DeviceBuffer buf;
-  std::size_t n;
-  explicit Dev(const std::vector<T>& host) : buf(host.size() * sizeof(T) + 4), n(host.size()) {
-    cu::copy(buf.data(), host.data(), n * sizeof(T));
-  }
-  Dev(std::size_t count, T fill) : Dev(std::vector<T>(count, fill)) {}
-  T* ptr() { return buf.as<T>(); }
-  std::vector<T> host() const {
-    cu::synchronize();
-    std::vector<T> h(n);
-    cu::copy(h.data(), buf.data(), n * sizeof(T));
-    return h;
-  }
-};
-using DevF = Dev<float>;
-using DevI = Dev<std::int32_t>;
-
-// |gpu - ref| <= rtol * (|ref| + scale).
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& ref, double rtol, double scale,
-                  const std::string& what) {
-  ASSERT_EQ(gpu.size(), ref.size()) << what;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    ASSERT_LE(std::abs(static_cast<double>(gpu[i]) - ref[i]), rtol * (std::abs(ref[i]) + scale))
-        << what << " index " << i << ": " << gpu[i] << " vs " << ref[i];
-  }
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0.0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
-  return m;
-}
-
-// For sums of many terms: rounding noise scales with the largest entries, not with each one. The
-// 1e-6 floor keeps an all-zero reference from demanding bit-exact zeros of a different sum order.
-void expect_close_to_max(const std::vector<float>& gpu, const std::vector<float>& ref, double rtol,
-                         const std::string& what) {
-  expect_close(gpu, ref, rtol, max_abs(ref) + 1e-6, what);
 }
 
 // ---------------------------------------------------------------- memory and element-wise

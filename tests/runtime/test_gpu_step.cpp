@@ -123,6 +123,17 @@ TEST_F(GpuStep, GradientsOfEveryKindMatchCpu) {
   }
 }
 
+// Today's routers on the device (cuda/router.cu): dropless softmax-top-k with a shared expert,
+// RMSNorm and RoPE; DeepSeek-V3's group-limited sigmoid, dropless; Mixtral's top-k-softmax with a
+// capacity and head_dim apart from hidden / heads, Qwen3's q/k norms.
+TEST_F(GpuStep, TodaysRoutersGradientsMatchCpu) {
+  for (TodaysMoe kind : {kDroplessShared, kSigmoidGroups, kTopkSoftmax}) {
+    const ModelSpec m = small_todays_moe(kind);
+    expect_close_by_kind(gradients(runtime_world(), m, one_rank(false)), gradients(*gpu_world_, m, one_rank(false)),
+                         kBf16Tolerance, "today's model " + std::to_string(int(kind)));
+  }
+}
+
 TEST_F(GpuStep, ThreeStepsMatchCpu) {
   const ModelSpec m = small_moe(2);
   const Trained cpu = train(runtime_world(), m, one_rank(false), 3);
@@ -172,6 +183,31 @@ TEST_P(GpuStepNp2, LossesMatchCpuGolden) {
   const Trained gpu = train(*gpu_world, m, c, 3);
   for (std::size_t i = 0; i < shared.size(); ++i)
     EXPECT_NEAR(shared[i], gpu.losses[i], 5e-3 * std::fabs(shared[i])) << "loss of step " << i;
+}
+
+// Dropless routing over two GPUs: the rows cross NCCL's grouped send/receive (all-to-all-v) with
+// uneven counts, against the 1-rank CPU golden run.
+TEST(GpuDroplessNp2, LossesMatchCpuGolden) {
+  Communicator& world = runtime_world();
+  std::string why;
+  if (cuda_device_count(&why) < world.size()) GTEST_SKIP() << "needs one CUDA device per rank: " << why;
+  if (world.size() != 2) GTEST_SKIP() << "runs on two ranks";
+  for (TodaysMoe kind : {kDroplessShared, kSigmoidGroups}) {
+    const ModelSpec m = small_todays_moe(kind);
+    std::vector<double> golden(3, 0.0);
+    {
+      auto self = world.split(std::vector<int>{world.rank()}, "golden");
+      if (world.rank() == 0) golden = train(*self, m, one_rank(false), 3).losses;
+    }
+    world.host_max(golden);
+    auto gpu_world = make_world_communicator(Backend::cuda);
+    ParallelConfig c = one_rank(false);
+    c.gpus = 2;
+    c.ep = 2;
+    const Trained gpu = train(*gpu_world, m, c, 3);
+    for (std::size_t i = 0; i < golden.size(); ++i)
+      EXPECT_NEAR(golden[i], gpu.losses[i], 5e-3 * std::fabs(golden[i])) << "model " << int(kind) << ", loss of step " << i;
+  }
 }
 
 // Two pipeline stages, one GPU each: activations and their gradients cross over NCCL's

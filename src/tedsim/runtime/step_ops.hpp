@@ -57,7 +57,7 @@ class StepOps {
   virtual void layernorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* mean,
                                   const float* rstd, const float* grad_y, float* grad_x, float* grad_gamma,
                                   float* grad_beta) = 0;
-  // RMSNorm (kernels/cpu/rmsnorm.hpp): CPU step only yet; the CUDA ops throw RunError.
+  // RMSNorm (kernels/cpu/rmsnorm.hpp; kernels/cuda/rmsnorm.cu on the device).
   virtual void rmsnorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, float* y,
                                float* rstd) = 0;
   virtual void rmsnorm_backward(int rows, int hidden, const float* x, const float* gamma, const float* rstd,
@@ -103,8 +103,8 @@ class StepOps {
   virtual void combine_backward(const Routing& r, const float* buf, const float* grad_out, int hidden,
                                 float* grad_buf, float* grad_weight) = 0;
   virtual void gating_backward(const Routing& r, const float* grad_weight, float grad_aux, float* grad_logits) = 0;
-  // The routers of kernels/cpu/router.hpp (today's models; dropless with cfg.drop_tokens false).
-  // gating_backward then runs their backward. CPU step only yet: the CUDA ops throw RunError.
+  // The routers of kernels/cpu/router.hpp (today's models; dropless with cfg.drop_tokens false;
+  // kernels/cuda/router.cu on the device). gating_backward then runs their backward.
   virtual void route_forward(const float* logits, int tokens, int experts, const kernels::RouterConfig& cfg,
                              Routing& out) = 0;
   // Sequence parallelism: the routing's aux-loss statistics as [2E] host floats, and the aux loss

@@ -69,9 +69,14 @@ class DeviceMemory final : public MemorySpace {
 };
 
 struct CudaRouting final : Routing {
-  cu::DeviceGating gate;
+  cu::DeviceGating gate;    // DeepSpeed's fused gating
+  cu::DeviceRouter router;  // or one of today's routers
+  bool generic = false;     // which of the two the last forward ran
 };
-const cu::DeviceGating& gate_of(const Routing& r) { return static_cast<const CudaRouting&>(r).gate; }
+const cu::DeviceGating& gate_of(const Routing& r) {
+  const auto& c = static_cast<const CudaRouting&>(r);
+  return c.generic ? c.router.gate : c.gate;
+}
 
 class CudaStepOps final : public StepOps {
  public:
@@ -167,11 +172,16 @@ class CudaStepOps final : public StepOps {
   }
 
   std::unique_ptr<Routing> make_routing() override { return std::make_unique<CudaRouting>(); }
-  void route_forward(const float*, int, int, const kernels::RouterConfig&, Routing&) override {
-    throw RunError("the CUDA step runs DeepSpeed's softmax-top-k gating only yet (today's routers run on the CPU step)");
+  void route_forward(const float* logits, int tokens, int experts, const kernels::RouterConfig& cfg,
+                     Routing& out) override {
+    auto& r = static_cast<CudaRouting&>(out);
+    r.generic = true;
+    cu::route_forward(logits, tokens, experts, cfg, r.router);
   }
-  void routing_counts(const Routing&, std::vector<std::int32_t>&) override {
-    throw RunError("the CUDA step does not run dropless routing yet");
+  void routing_counts(const Routing& r, std::vector<std::int32_t>& kept) override {
+    const cu::DeviceGating& g = gate_of(r);
+    kept.resize(static_cast<std::size_t>(g.experts));
+    if (g.experts > 0) cu::copy(kept.data(), g.kept.data(), kept.size() * sizeof(std::int32_t));
   }
   int routing_capacity(const Routing& r) override { return gate_of(r).capacity; }
   void aux_statistics(const Routing&, float*) override {
@@ -182,7 +192,9 @@ class CudaStepOps final : public StepOps {
   }
   void gating_forward(const float* logits, int tokens, int experts, const kernels::GatingConfig& cfg,
                       Routing& out) override {
-    cu::gating_forward(logits, tokens, experts, cfg, static_cast<CudaRouting&>(out).gate);
+    auto& r = static_cast<CudaRouting&>(out);
+    r.generic = false;
+    cu::gating_forward(logits, tokens, experts, cfg, r.gate);
   }
   double aux_loss(const Routing& r) override {
     const cu::DeviceGating& g = gate_of(r);
@@ -222,7 +234,11 @@ class CudaStepOps final : public StepOps {
                          g.weight.as<float>(), buf, grad_out, grad_buf, grad_weight);
   }
   void gating_backward(const Routing& r, const float* grad_weight, float grad_aux, float* grad_logits) override {
-    cu::gating_backward(gate_of(r), grad_weight, grad_aux, grad_logits);
+    const auto& c = static_cast<const CudaRouting&>(r);
+    if (c.generic)
+      cu::route_backward(c.router, grad_weight, grad_aux, grad_logits);
+    else
+      cu::gating_backward(c.gate, grad_weight, grad_aux, grad_logits);
   }
 
   void embedding_forward(int tokens, int hidden, int v0, int v_local, const std::int32_t* ids, const float* table,

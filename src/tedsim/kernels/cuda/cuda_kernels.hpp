@@ -97,6 +97,7 @@ void adam_step(std::size_t n, const AdamConfig& cfg, int step, float* params, co
 // Gating (same semantics as cpu/gating.hpp) on fp32 logits. Outputs live in device buffers.
 struct DeviceGating {
   int tokens = 0, experts = 0, k = 0, capacity = 0;
+  int aux_tokens = 0;  // the balance loss's tokens where a tensor group shares it (sequence parallelism); 0: tokens
   DeviceBuffer probs, expert, position, weight, routed, kept, top1_count, prob_sum, aux_loss;
   // Copies everything back into the CPU struct (synchronous), e.g. to compare with the CPU kernel.
   void download(GatingOutput& out) const;

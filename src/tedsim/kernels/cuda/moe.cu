@@ -9,6 +9,7 @@
 
 #include "tedsim/kernels/cuda/common.cuh"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
+#include "tedsim/kernels/cuda/routing_common.hpp"
 
 namespace tedsim::kernels::cuda {
 
@@ -183,6 +184,7 @@ void gating_forward(const float* logits, int tokens, int experts, const GatingCo
   out.experts = experts;
   out.k = k;
   out.capacity = cap;
+  out.aux_tokens = 0;
   TEDSIM_CUDA_CHECK(cudaMemsetAsync(out.top1_count.data(), 0, out.top1_count.bytes()));
   if (tokens > 0) {
     const unsigned blocks = (tokens + 127) / 128;
@@ -190,19 +192,35 @@ void gating_forward(const float* logits, int tokens, int experts, const GatingCo
                                          out.top1_count.as<int>());
     TEDSIM_CUDA_CHECK_LAUNCH();
   }
-  column_sum_kernel<<<experts, 1024>>>(out.probs.as<float>(), tokens, experts, out.prob_sum.as<float>());
-  TEDSIM_CUDA_CHECK_LAUNCH();
-  positions_kernel<<<experts, 1024>>>(out.expert.as<int>(), tokens, k, cap, out.position.as<int>(),
-                                      out.routed.as<int>(), out.kept.as<int>());
-  TEDSIM_CUDA_CHECK_LAUNCH();
+  detail::launch_choice_positions(out.expert.as<int>(), tokens, k, experts, cap, out.position.as<int>(),
+                                  out.routed.as<int>(), out.kept.as<int>());
   if (tokens > 0) {
     weights_kernel<<<(tokens + 127) / 128, 128>>>(out.probs.as<float>(), out.expert.as<int>(), out.position.as<int>(),
                                                   tokens, experts, k, out.weight.as<float>());
     TEDSIM_CUDA_CHECK_LAUNCH();
-    aux_kernel<<<1, 1>>>(out.prob_sum.as<float>(), out.top1_count.as<int>(), tokens, experts, out.aux_loss.as<float>());
-    TEDSIM_CUDA_CHECK_LAUNCH();
   }
+  detail::launch_balance_loss(out.probs.as<float>(), out.top1_count.as<int>(), tokens, experts,
+                              out.prob_sum.as<float>(), out.aux_loss.as<float>());
 }
+
+namespace detail {
+
+void launch_choice_positions(const int* expert, int tokens, int k, int experts, int capacity, int* position,
+                             int* routed, int* kept) {
+  positions_kernel<<<experts, 1024>>>(expert, tokens, k, capacity, position, routed, kept);
+  TEDSIM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_balance_loss(const float* probs, const int* top1_count, int tokens, int experts, float* prob_sum,
+                         float* aux) {
+  column_sum_kernel<<<experts, 1024>>>(probs, tokens, experts, prob_sum);
+  TEDSIM_CUDA_CHECK_LAUNCH();
+  if (tokens <= 0) return;
+  aux_kernel<<<1, 1>>>(prob_sum, top1_count, tokens, experts, aux);
+  TEDSIM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace detail
 
 void DeviceGating::download(GatingOutput& out) const {
   out.tokens = tokens;

@@ -44,9 +44,9 @@ __global__ void combine_backward_kernel(int k, int capacity, int hidden, const i
 // are distinct experts, so each e gets at most one weight term), then the softmax Jacobian:
 // grad_logit = p * (dp - <dp, p>). The per-token sums over the k choices are recomputed by every
 // lane in choice order, matching the CPU's rounding.
-__global__ void gating_backward_kernel(int tokens, int experts, int k, const float* probs, const int* expert,
-                                       const int* position, const int* top1_count, const float* grad_weight,
-                                       float grad_aux, float* grad_logits) {
+__global__ void gating_backward_kernel(int tokens, int aux_tokens, int experts, int k, const float* probs,
+                                       const int* expert, const int* position, const int* top1_count,
+                                       const float* grad_weight, float grad_aux, float* grad_logits) {
   const int lane = threadIdx.x % 32;
   const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (t >= tokens) return;  // whole warps leave together
@@ -69,8 +69,8 @@ __global__ void gating_backward_kernel(int tokens, int experts, int k, const flo
   // dp for this lane's experts, kept in a second pass rather than an array: E can be large.
   auto dp_of = [&](int e) {
     // Same operation order as the CPU (double, then rounded to float) so the aux term is exact.
-    const double ce = static_cast<double>(top1_count[e]) / tokens;
-    float dp = static_cast<float>(static_cast<double>(grad_aux) * experts * ce / tokens);
+    const double ce = static_cast<double>(top1_count[e]) / aux_tokens;
+    float dp = static_cast<float>(static_cast<double>(grad_aux) * experts * ce / aux_tokens);
     for (int j = 0; j < k; ++j) {
       if (pos[j] < 0 || ex[j] != e) continue;
       if (k == 1)
@@ -114,9 +114,10 @@ void gating_backward(const DeviceGating& fwd, const float* grad_weight, float gr
   if (fwd.tokens <= 0 || fwd.experts <= 0) return;
   constexpr int kTokensPerBlock = 8;
   const unsigned blocks = (fwd.tokens + kTokensPerBlock - 1) / kTokensPerBlock;
-  gating_backward_kernel<<<blocks, 32 * kTokensPerBlock>>>(
-      fwd.tokens, fwd.experts, fwd.k, fwd.probs.as<float>(), fwd.expert.as<int>(), fwd.position.as<int>(),
-      fwd.top1_count.as<int>(), grad_weight, grad_aux, grad_logits);
+  const int aux_tokens = fwd.aux_tokens > 0 ? fwd.aux_tokens : fwd.tokens;
+  gating_backward_kernel<<<blocks, 32 * kTokensPerBlock>>>(fwd.tokens, aux_tokens, fwd.experts, fwd.k, fwd.probs.as<float>(),
+                                                          fwd.expert.as<int>(), fwd.position.as<int>(),
+                                                          fwd.top1_count.as<int>(), grad_weight, grad_aux, grad_logits);
   TEDSIM_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "tedsim/kernels/cpu/gemm.hpp"
+#include "tedsim/kernels/cpu/router.hpp"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 
 namespace tedsim::kernels::cuda {
@@ -87,6 +88,23 @@ void combine_backward(int tokens, int k, int experts, int capacity, int hidden, 
                       float* grad_buf, float* grad_weight);
 // cpu/gating.hpp gating_backward on the device gating output: grad_logits [T,E] overwritten.
 void gating_backward(const DeviceGating& fwd, const float* grad_weight, float grad_aux, float* grad_logits);
+
+// cpu/router.hpp's routers (softmax_topk, topk_softmax, sigmoid; group-limited; capacity or
+// dropless) on the device, with the CPU's semantics, ties and operation order: `gate` holds what
+// dispatch, combine and their backward read (a dropless capacity is the busiest expert's count,
+// which the forward reads back to the host, as Megatron-Core's dropless dispatcher does), plus
+// the sigmoid scores and the weights before dropping that the backward needs. No expert bias:
+// the training step runs none. Groups: at most 64.
+struct DeviceRouter {
+  RouterConfig cfg;
+  DeviceGating gate;
+  DeviceBuffer scores;         // [T,E] sigmoid scores (sigmoid only)
+  DeviceBuffer chosen_weight;  // [T,k]
+  void download(RouterOutput& out) const;  // synchronous, for tests
+};
+void route_forward(const float* logits, int tokens, int experts, const RouterConfig& cfg, DeviceRouter& out);
+// cpu/router.hpp route_backward: grad_logits [T,E] overwritten.
+void route_backward(const DeviceRouter& fwd, const float* grad_weight, float grad_aux, float* grad_logits);
 
 // ---------------------------------------------------------------- embedding and loss
 // ids [T] global token ids (int32, device). Rows whose id is outside [v0, v0 + v_local) are zero.

@@ -6,6 +6,7 @@
 // (local expert, then source) for the grouped GEMM. The way back is the exact inverse (Megatron-
 // Core's alltoall dispatcher without a capacity).
 #include <algorithm>
+#include <vector>
 
 #include "tedsim/runtime/moe/token_dispatcher.hpp"
 
@@ -21,12 +22,18 @@ class DroplessDispatcher final : public TokenDispatcher {
     c.ops.routing_counts(*A.routing, A.kept);
     float* dbuf = ensure(A.dispatch_buf, buffer_floats(d, A));
     c.ops.dispatch(*A.routing, xn, d.hidden, dbuf);
-    // Each peer learns how many rows of each of its experts come from here (exact as floats).
+    // Each peer learns how many rows of each of its experts come from here (exact as floats). The
+    // counts travel in the backend's memory (NCCL reads device memory) and come back to the host,
+    // which sizes and places the rows.
+    std::vector<float> counts(E);
+    for (int e = 0; e < E; ++e) counts[e] = static_cast<float>(A.kept[e]);
     float* sc = ensure(c.ws.count_send, E);
-    for (int e = 0; e < E; ++e) sc[e] = static_cast<float>(A.kept[e]);
-    c.collective(Coll::all_to_all, *c.ep, sc, ensure(c.ws.count_recv, E), E, kEpAllToAll, "ep_alltoall_dispatch");
+    float* rc = ensure(c.ws.count_recv, E);
+    c.ops.from_host(counts.data(), sc, E);
+    c.collective(Coll::all_to_all, *c.ep, sc, rc, E, kEpAllToAll, "ep_alltoall_dispatch");
+    c.ops.to_host(rc, counts.data(), E);
     A.received.resize(E);
-    for (int i = 0; i < E; ++i) A.received[i] = static_cast<std::int32_t>(c.ws.count_recv.data()[i]);
+    for (int i = 0; i < E; ++i) A.received[i] = static_cast<std::int32_t>(counts[i]);
     const int S = c.ep->size();
     A.expert_rows.assign(El, 0);
     std::size_t total = 0;
