@@ -92,14 +92,13 @@ double host_memory_per_rank(int world_size) {
 
 // What the training step runs: the decoder with layernorm or RMSNorm, no biases, rotary embeddings
 // without frequency scaling, multi-head or grouped-query attention with Qwen3's per-head q/k norms
-// and head_dim apart from hidden/heads (on the CPU backend also multi-head latent attention),
-// routed experts of any width, shared experts, dense and MoE layers in any pattern, DeepSpeed's
+// and head_dim apart from hidden/heads, multi-head latent attention (value heads apart from the
+// query/key heads), routed experts of any width, shared experts, dense and MoE layers in any pattern, DeepSpeed's
 // gating and every router of kernels/cpu/router.hpp (kernels/cuda/router.cu on the CUDA backend),
 // with a capacity or dropless over all-to-all-v (MPI_Alltoallv; NCCL's grouped send/receive), with
 // expert TP and without DTD when t > 1. The first feature of `m` under `c` outside that, in words;
 // empty if none.
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
-  if (m.is_mla() && backend == Backend::cuda) return "multi-head latent attention (MLA) on the CUDA backend (the CPU backend runs it)";
   if (m.mtp_layers > 0) return "multi-token prediction (mtp_layers)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (m.qk_norm == QkNorm::projection) return "OLMoE's norm of the whole query and key projections (Qwen3's per head runs)";

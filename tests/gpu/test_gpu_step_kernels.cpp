@@ -241,28 +241,31 @@ TEST_F(GpuStep, SwigluBackwardMatchesCpu) {
 // ---------------------------------------------------------------- attention
 
 struct AttentionCase {
-  int heads, seq, d;
+  int heads, seq, d, dv;  // dv: the value head size (MLA's differs from the query/key size d)
   bool causal;
 };
-// The last case needs more than 48 KiB of shared memory in the backward key-row kernel.
-const AttentionCase kAttentionCases[] = {{1, 1, 64, false}, {3, 33, 40, true},  {3, 33, 40, false},
-                                         {2, 300, 64, true}, {5, 97, 256, false}, {1, 6200, 16, true}};
+// The 6200-row case needs more than 48 KiB of shared memory in the backward key-row kernel; the
+// last two take value heads apart from the query/key heads, as DeepSeek-V3's MLA (192 and 128).
+const AttentionCase kAttentionCases[] = {{1, 1, 64, 64, false},  {3, 33, 40, 40, true},   {3, 33, 40, 40, false},
+                                         {2, 300, 64, 64, true}, {5, 97, 256, 256, false}, {1, 6200, 16, 16, true},
+                                         {3, 77, 192, 128, true}, {2, 65, 8, 6, true}};
 
 std::string describe(const AttentionCase& c) {
-  return "heads " + std::to_string(c.heads) + " seq " + std::to_string(c.seq) + " d " + std::to_string(c.d) +
-         (c.causal ? " causal" : "");
+  return "heads " + std::to_string(c.heads) + " seq " + std::to_string(c.seq) + " d " + std::to_string(c.d) + " dv " +
+         std::to_string(c.dv) + (c.causal ? " causal" : "");
 }
 
 TEST_F(GpuStep, AttentionForwardSavingProbsMatchesCpu) {
   for (const AttentionCase& c : kAttentionCases) {
     const std::size_t n = static_cast<std::size_t>(c.heads) * c.seq * c.d;
+    const std::size_t nv = static_cast<std::size_t>(c.heads) * c.seq * c.dv;
     const std::size_t np = static_cast<std::size_t>(c.heads) * c.seq * c.seq;
-    const auto q = random_vector(n, 31), k = random_vector(n, 32), v = random_vector(n, 33);
-    std::vector<float> probs(np), out(n);
-    attention_forward(c.heads, c.seq, c.d, c.causal, q.data(), k.data(), v.data(), probs.data(), out.data());
-    DevF dq(q), dk(k), dv(v), dprobs(np, kGarbage), dout(n, kGarbage);
-    cu::attention_forward_saving_probs(c.heads, c.seq, c.d, c.causal, dq.ptr(), dk.ptr(), dv.ptr(), dprobs.ptr(),
-                                       dout.ptr());
+    const auto q = random_vector(n, 31), k = random_vector(n, 32), v = random_vector(nv, 33);
+    std::vector<float> probs(np), out(nv);
+    attention_forward(c.heads, c.seq, c.d, c.dv, c.causal, q.data(), k.data(), v.data(), probs.data(), out.data());
+    DevF dq(q), dk(k), dv(v), dprobs(np, kGarbage), dout(nv, kGarbage);
+    cu::attention_forward_saving_probs(c.heads, c.seq, c.d, c.dv, c.causal, dq.ptr(), dk.ptr(), dv.ptr(),
+                                       dprobs.ptr(), dout.ptr());
     const auto gpu_probs = dprobs.host();
     expect_close(gpu_probs, probs, 1e-4, 1e-3, "probs " + describe(c));
     if (c.causal) {
@@ -278,17 +281,18 @@ TEST_F(GpuStep, AttentionForwardSavingProbsMatchesCpu) {
 TEST_F(GpuStep, AttentionBackwardMatchesCpu) {
   for (const AttentionCase& c : kAttentionCases) {
     const std::size_t n = static_cast<std::size_t>(c.heads) * c.seq * c.d;
+    const std::size_t nv = static_cast<std::size_t>(c.heads) * c.seq * c.dv;
     const std::size_t np = static_cast<std::size_t>(c.heads) * c.seq * c.seq;
-    const auto q = random_vector(n, 41), k = random_vector(n, 42), v = random_vector(n, 43);
-    const auto go = random_vector(n, 44);
-    std::vector<float> probs(np), out(n), gq(n), gk(n), gv(n);
-    attention_forward(c.heads, c.seq, c.d, c.causal, q.data(), k.data(), v.data(), probs.data(), out.data());
-    attention_backward(c.heads, c.seq, c.d, q.data(), k.data(), v.data(), probs.data(), go.data(), gq.data(),
+    const auto q = random_vector(n, 41), k = random_vector(n, 42), v = random_vector(nv, 43);
+    const auto go = random_vector(nv, 44);
+    std::vector<float> probs(np), out(nv), gq(n), gk(n), gv(nv);
+    attention_forward(c.heads, c.seq, c.d, c.dv, c.causal, q.data(), k.data(), v.data(), probs.data(), out.data());
+    attention_backward(c.heads, c.seq, c.d, c.dv, q.data(), k.data(), v.data(), probs.data(), go.data(), gq.data(),
                        gk.data(), gv.data());
     DevF dq(q), dk(k), dv(v), dprobs(probs), dgo(go);
-    DevF dgq(n, kGarbage), dgk(n, kGarbage), dgv(n, kGarbage);
-    cu::attention_backward(c.heads, c.seq, c.d, dq.ptr(), dk.ptr(), dv.ptr(), dprobs.ptr(), dgo.ptr(), dgq.ptr(),
-                           dgk.ptr(), dgv.ptr());
+    DevF dgq(n, kGarbage), dgk(n, kGarbage), dgv(nv, kGarbage);
+    cu::attention_backward(c.heads, c.seq, c.d, c.dv, dq.ptr(), dk.ptr(), dv.ptr(), dprobs.ptr(), dgo.ptr(),
+                           dgq.ptr(), dgk.ptr(), dgv.ptr());
     expect_close_to_max(dgq.host(), gq, 1e-4, "grad_q " + describe(c));
     expect_close_to_max(dgk.host(), gk, 1e-4, "grad_k " + describe(c));
     expect_close_to_max(dgv.host(), gv, 1e-4, "grad_v " + describe(c));

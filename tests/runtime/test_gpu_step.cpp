@@ -125,9 +125,10 @@ TEST_F(GpuStep, GradientsOfEveryKindMatchCpu) {
 
 // Today's routers on the device (cuda/router.cu): dropless softmax-top-k with a shared expert,
 // RMSNorm and RoPE; DeepSeek-V3's group-limited sigmoid, dropless; Mixtral's top-k-softmax with a
-// capacity and head_dim apart from hidden / heads, Qwen3's q/k norms.
+// capacity and head_dim apart from hidden / heads, Qwen3's q/k norms; DeepSeek's multi-head latent
+// attention (value heads apart from the query/key heads), with and without the query latent.
 TEST_F(GpuStep, TodaysRoutersGradientsMatchCpu) {
-  for (TodaysMoe kind : {kDroplessShared, kSigmoidGroups, kTopkSoftmax}) {
+  for (TodaysMoe kind : {kDroplessShared, kSigmoidGroups, kTopkSoftmax, kMla, kMlaDirectQ}) {
     const ModelSpec m = small_todays_moe(kind);
     expect_close_by_kind(gradients(runtime_world(), m, one_rank(false)), gradients(*gpu_world_, m, one_rank(false)),
                          kBf16Tolerance, "today's model " + std::to_string(int(kind)));

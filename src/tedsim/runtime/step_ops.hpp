@@ -72,8 +72,7 @@ class StepOps {
   virtual void gelu_backward(std::size_t n, const float* x, const float* grad_y, float* grad_x) = 0;
   virtual void swiglu_forward(int rows, int ffn, const float* x, float* y) = 0;
   virtual void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x) = 0;
-  // Causal; q and k of head_dim, v and the output of v_dim (MLA: v_dim apart from head_dim on the
-  // CPU step only yet, the CUDA ops throw RunError).
+  // Causal; q and k of head_dim, v and the output of v_dim (MLA's value heads differ).
   virtual void attention_forward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k,
                                  const float* v, float* probs, float* out) = 0;
   virtual void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k,

@@ -139,19 +139,12 @@ class CudaStepOps final : public StepOps {
   }
   void attention_forward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                          float* probs, float* out) override {
-    require_one_head_size(head_dim, v_dim);
-    cu::attention_forward_saving_probs(heads, seq, head_dim, true, q, k, v, probs, out);
+    cu::attention_forward_saving_probs(heads, seq, head_dim, v_dim, true, q, k, v, probs, out);
   }
   void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                           const float* probs, const float* grad_out, float* grad_q, float* grad_k,
                           float* grad_v) override {
-    require_one_head_size(head_dim, v_dim);
-    cu::attention_backward(heads, seq, head_dim, q, k, v, probs, grad_out, grad_q, grad_k, grad_v);
-  }
-  static void require_one_head_size(int head_dim, int v_dim) {
-    if (head_dim != v_dim)
-      throw RunError("CUDA step: the attention kernels take one head size, got query/key " + std::to_string(head_dim) +
-                     " and value " + std::to_string(v_dim) + " (MLA runs on the CPU backend)");
+    cu::attention_backward(heads, seq, head_dim, v_dim, q, k, v, probs, grad_out, grad_q, grad_k, grad_v);
   }
   void adam_step(std::size_t n, const kernels::AdamConfig& cfg, int step, float* params, const float* grads,
                  float* exp_avg, float* exp_avg_sq) override {

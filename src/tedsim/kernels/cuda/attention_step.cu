@@ -1,12 +1,13 @@
-// Attention core of the training step, fp32, [heads, s, d] with the probabilities [heads, s, s]
-// saved by the forward pass (as cpu/attention.cpp, the reference). Each block owns one row of
+// Attention core of the training step, fp32: queries and keys [heads, s, dk], values and outputs
+// [heads, s, dv] (MLA's value heads differ from its query/key heads), the probabilities
+// [heads, s, s] saved by the forward pass (as cpu/attention.cpp, the reference). Each block owns one row of
 // one head and keeps that row (scores, or the dS row / column) in shared memory; dot products of
 // two d-vectors are done by one warp so the rows of K, V, dO are read coalesced.
 //
 // Backward without atomics, so the gradients are deterministic and simply overwritten:
 //  1. per query row i: dP_ij = dO_i . V_j, D_i = sum_j P_ij dP_ij, dS_ij = P_ij (dP_ij - D_i),
 //     dQ_i = scale * sum_j dS_ij K_j; D_i is kept in a small stream-ordered scratch buffer;
-//  2. per key row j: dP_ij again (d flops each), dS_ij from the saved D_i, then
+//  2. per key row j: dP_ij again (dv flops each), dS_ij from the saved D_i, then
 //     dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij Q_i.
 // Entries with P_ij == 0 (the causal mask) have dS_ij == 0 and are skipped in every loop.
 #include <cmath>
@@ -32,15 +33,15 @@ __device__ __forceinline__ float warp_dot(const float* a, const float* b, int d)
   return detail::warp_reduce(acc, detail::SumOp{});
 }
 
-__global__ void forward_saving_probs_kernel(int seq, int d, bool causal, float scale, const float* q, const float* k,
-                                            const float* v, float* probs, float* out) {
+__global__ void forward_saving_probs_kernel(int seq, int d, int dv, bool causal, float scale, const float* q,
+                                            const float* k, const float* v, float* probs, float* out) {
   extern __shared__ float shared[];
   float* qi = shared;       // [d]
   float* row = shared + d;  // [seq] scores, then probabilities
   __shared__ float scratch[32];
   const int i = blockIdx.x;
   const std::size_t head = blockIdx.y;
-  const std::size_t off = head * seq * d;
+  const std::size_t off = head * seq * d, off_v = head * seq * dv;
   const int valid = causal ? i + 1 : seq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
 
@@ -64,31 +65,31 @@ __global__ void forward_saving_probs_kernel(int seq, int d, bool causal, float s
     prow[j] = p;
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < valid; ++j) acc += row[j] * v[off + static_cast<std::size_t>(j) * d + c];
-    out[off + static_cast<std::size_t>(i) * d + c] = acc;
+    for (int j = 0; j < valid; ++j) acc += row[j] * v[off_v + static_cast<std::size_t>(j) * dv + c];
+    out[off_v + static_cast<std::size_t>(i) * dv + c] = acc;
   }
 }
 
-__global__ void backward_query_rows_kernel(int seq, int d, float scale, const float* k, const float* v,
+__global__ void backward_query_rows_kernel(int seq, int d, int dv, float scale, const float* k, const float* v,
                                            const float* probs, const float* grad_out, float* grad_q, float* row_dot) {
   extern __shared__ float shared[];
-  float* go = shared;      // [d] dO_i
-  float* ds = shared + d;  // [seq] dP row, then dS row
+  float* go = shared;       // [dv] dO_i
+  float* ds = shared + dv;  // [seq] dP row, then dS row
   __shared__ float scratch[32];
   const int i = blockIdx.x;
   const std::size_t head = blockIdx.y;
-  const std::size_t off = head * seq * d;
+  const std::size_t off = head * seq * d, off_v = head * seq * dv;
   const float* prow = probs + head * seq * seq + static_cast<std::size_t>(i) * seq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
 
-  for (int c = threadIdx.x; c < d; c += blockDim.x) go[c] = grad_out[off + static_cast<std::size_t>(i) * d + c];
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) go[c] = grad_out[off_v + static_cast<std::size_t>(i) * dv + c];
   __syncthreads();
   float local = 0.0f;  // only lane 0 of each warp accumulates, the block sum adds the warps
   for (int j = warp; j < seq; j += warps) {
     const float p = prow[j];
-    const float dp = p != 0.0f ? warp_dot(go, v + off + static_cast<std::size_t>(j) * d, d) : 0.0f;
+    const float dp = p != 0.0f ? warp_dot(go, v + off_v + static_cast<std::size_t>(j) * dv, dv) : 0.0f;
     if (lane == 0) {
       ds[j] = dp;
       local += dp * p;
@@ -108,26 +109,26 @@ __global__ void backward_query_rows_kernel(int seq, int d, float scale, const fl
   }
 }
 
-__global__ void backward_key_rows_kernel(int seq, int d, float scale, const float* q, const float* v,
+__global__ void backward_key_rows_kernel(int seq, int d, int dv, float scale, const float* q, const float* v,
                                          const float* probs, const float* grad_out, const float* row_dot,
                                          float* grad_k, float* grad_v) {
   extern __shared__ float shared[];
-  float* vj = shared;               // [d] V_j
-  float* pcol = shared + d;         // [seq] P_ij over i
-  float* dscol = shared + d + seq;  // [seq] dS_ij over i
+  float* vj = shared;                // [dv] V_j
+  float* pcol = shared + dv;         // [seq] P_ij over i
+  float* dscol = shared + dv + seq;  // [seq] dS_ij over i
   const int j = blockIdx.x;
   const std::size_t head = blockIdx.y;
-  const std::size_t off = head * seq * d;
+  const std::size_t off = head * seq * d, off_v = head * seq * dv;
   const float* p_head = probs + head * seq * seq;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
 
-  for (int c = threadIdx.x; c < d; c += blockDim.x) vj[c] = v[off + static_cast<std::size_t>(j) * d + c];
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) vj[c] = v[off_v + static_cast<std::size_t>(j) * dv + c];
   __syncthreads();
   for (int i = warp; i < seq; i += warps) {
     const float p = p_head[static_cast<std::size_t>(i) * seq + j];
     float s = 0.0f;
     if (p != 0.0f) {
-      const float dp = warp_dot(vj, grad_out + off + static_cast<std::size_t>(i) * d, d);
+      const float dp = warp_dot(vj, grad_out + off_v + static_cast<std::size_t>(i) * dv, dv);
       s = p * (dp - row_dot[head * seq + i]);
     }
     if (lane == 0) {
@@ -136,17 +137,19 @@ __global__ void backward_key_rows_kernel(int seq, int d, float scale, const floa
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    float acc_v = 0.0f, acc_k = 0.0f;
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) {
+    float acc = 0.0f;
     for (int i = 0; i < seq; ++i) {
       const float p = pcol[i];
-      if (p == 0.0f) continue;
-      const std::size_t at = off + static_cast<std::size_t>(i) * d + c;
-      acc_v += p * grad_out[at];
-      acc_k += dscol[i] * q[at];
+      if (p != 0.0f) acc += p * grad_out[off_v + static_cast<std::size_t>(i) * dv + c];
     }
-    grad_v[off + static_cast<std::size_t>(j) * d + c] = acc_v;
-    grad_k[off + static_cast<std::size_t>(j) * d + c] = scale * acc_k;
+    grad_v[off_v + static_cast<std::size_t>(j) * dv + c] = acc;
+  }
+  for (int c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int i = 0; i < seq; ++i)
+      if (pcol[i] != 0.0f) acc += dscol[i] * q[off + static_cast<std::size_t>(i) * d + c];
+    grad_k[off + static_cast<std::size_t>(j) * d + c] = scale * acc;
   }
 }
 
@@ -169,24 +172,24 @@ float softmax_scale(int head_dim) { return 1.0f / std::sqrt(static_cast<float>(h
 
 }  // namespace
 
-void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causal, const float* q, const float* k,
-                                    const float* v, float* probs, float* out) {
+void attention_forward_saving_probs(int heads, int seq, int head_dim, int v_dim, bool causal, const float* q,
+                                    const float* k, const float* v, float* probs, float* out) {
   if (heads <= 0 || seq <= 0) return;
   detail::check_heads(heads, "cuda::attention_forward_saving_probs");
   const std::size_t shared = (static_cast<std::size_t>(seq) + head_dim) * sizeof(float);
   detail::allow_shared_row(forward_saving_probs_kernel, shared, "cuda::attention_forward_saving_probs");
   const dim3 grid(seq, heads);
-  forward_saving_probs_kernel<<<grid, kThreads, shared>>>(seq, head_dim, causal, softmax_scale(head_dim), q, k, v,
-                                                          probs, out);
+  forward_saving_probs_kernel<<<grid, kThreads, shared>>>(seq, head_dim, v_dim, causal, softmax_scale(head_dim), q, k,
+                                                          v, probs, out);
   TEDSIM_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
+void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                         const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v) {
   if (heads <= 0 || seq <= 0) return;
   detail::check_heads(heads, "cuda::attention_backward");
-  const std::size_t query_shared = (static_cast<std::size_t>(seq) + head_dim) * sizeof(float);
-  const std::size_t key_shared = (2 * static_cast<std::size_t>(seq) + head_dim) * sizeof(float);
+  const std::size_t query_shared = (static_cast<std::size_t>(seq) + v_dim) * sizeof(float);
+  const std::size_t key_shared = (2 * static_cast<std::size_t>(seq) + v_dim) * sizeof(float);
   detail::allow_shared_row(backward_query_rows_kernel, query_shared, "cuda::attention_backward");
   detail::allow_shared_row(backward_key_rows_kernel, key_shared, "cuda::attention_backward");
   keep_async_allocations();
@@ -195,12 +198,12 @@ void attention_backward(int heads, int seq, int head_dim, const float* q, const 
                                     static_cast<std::size_t>(heads) * seq * sizeof(float), 0));
   const dim3 grid(seq, heads);
   const float scale = softmax_scale(head_dim);
-  backward_query_rows_kernel<<<grid, kThreads, query_shared>>>(seq, head_dim, scale, k, v, probs, grad_out, grad_q,
-                                                               row_dot);
+  backward_query_rows_kernel<<<grid, kThreads, query_shared>>>(seq, head_dim, v_dim, scale, k, v, probs, grad_out,
+                                                               grad_q, row_dot);
   const cudaError_t launch_q = cudaGetLastError();
   if (launch_q == cudaSuccess) {
-    backward_key_rows_kernel<<<grid, kThreads, key_shared>>>(seq, head_dim, scale, q, v, probs, grad_out, row_dot,
-                                                             grad_k, grad_v);
+    backward_key_rows_kernel<<<grid, kThreads, key_shared>>>(seq, head_dim, v_dim, scale, q, v, probs, grad_out,
+                                                             row_dot, grad_k, grad_v);
   }
   const cudaError_t launch_k = launch_q == cudaSuccess ? cudaGetLastError() : launch_q;
   // Freed in stream order whether or not the launches worked, then the launch error is reported.

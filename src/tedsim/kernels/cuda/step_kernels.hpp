@@ -59,11 +59,12 @@ void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, flo
 // shared memory per block (InputError beyond it; the backward's limit is about 28K on Hopper) and
 // heads by 65535. The backward is deterministic (no atomics) and queues a stream-ordered scratch
 // allocation of heads * seq floats.
-// cpu/attention.hpp attention_forward: probs [heads, s, s] saved (masked entries 0).
-void attention_forward_saving_probs(int heads, int seq, int head_dim, bool causal, const float* q, const float* k,
-                                    const float* v, float* probs, float* out);
+// cpu/attention.hpp attention_forward: q, k [heads, s, head_dim], v, out [heads, s, v_dim];
+// probs [heads, s, s] saved (masked entries 0).
+void attention_forward_saving_probs(int heads, int seq, int head_dim, int v_dim, bool causal, const float* q,
+                                    const float* k, const float* v, float* probs, float* out);
 // cpu/attention.hpp attention_backward: grad_q, grad_k, grad_v overwritten.
-void attention_backward(int heads, int seq, int head_dim, const float* q, const float* k, const float* v,
+void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                         const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v);
 
 // Head layouts of the trainer (runtime/layers/attention.cpp), b sequences of s tokens:
