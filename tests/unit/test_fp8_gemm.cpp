@@ -138,8 +138,17 @@ TEST(Fp8Quantize, EveryLinearQuantizesItsInputForwardAndItsGradientBackward) {
               1e-15);
   EXPECT_DOUBLE_EQ(bwd[1]->quantize_bytes, 0.0);
   EXPECT_NEAR(bwd[1]->seconds, p.gemm_seconds(bwd[1]->gemm), 1e-15);
-  // The output layer does not run under FP8 in Megatron-Core.
+  // The output layer does not run under FP8 in Megatron-Core (tensor_parallel.ColumnParallelLinear,
+  // a torch matmul): neither quantized nor multiplied in FP8, forward and backward, at bf16's time.
   EXPECT_DOUBLE_EQ(ops_named(w.head_forward, "lm_head").at(0)->quantize_bytes, 0.0);
+  for (const Block* block : {&w.head_forward, &w.head_backward})
+    for (int i = 0; i < block->count; ++i) {
+      const Op& op = block->ops[i];
+      if (op.flops <= 0) continue;
+      EXPECT_EQ(op.gemm.dtype, Dtype::bf16) << op.name;
+      EXPECT_DOUBLE_EQ(op.seconds, p.gemm_seconds(op.gemm)) << op.name;
+    }
+  EXPECT_EQ(qkv->gemm.dtype, Dtype::fp8);
   // Nothing of the sort in bf16.
   ModelSpec b = m;
   b.dtype = Dtype::bf16;
@@ -162,6 +171,9 @@ TEST(Fp8Quantize, ExpertsQuantizeAtTheBlockScaledRateOnBlackwell) {
   EXPECT_DOUBLE_EQ(fc1->quantize_bytes, 4.0625 * double(g.m) * double(g.k) * double(g.batch));
   EXPECT_GT(g.batch, 1);
   EXPECT_DOUBLE_EQ(ops_named(w.moe.forward, "gate").at(0)->quantize_bytes, 0.0);
+  // The gate is a torch linear in Megatron-Core's router: a bf16 GEMM; the experts' are FP8.
+  EXPECT_EQ(ops_named(w.moe.forward, "gate").at(0)->gemm.dtype, Dtype::bf16);
+  EXPECT_EQ(g.dtype, Dtype::fp8);
 }
 
 TEST(Fp8Quantize, AnUnknownRecipeNamesTheKey) {

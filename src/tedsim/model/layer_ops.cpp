@@ -30,7 +30,11 @@ void BlockBuilder::core_gemm(const char* name, std::int64_t m, std::int64_t n, s
 
 void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
                             Phase phase, Input input) {
-  GemmShape shape{m, n, k, batch, dtype_};
+  // FP8 training multiplies in FP8 only inside Transformer Engine's linears. The GEMMs outside them
+  // stay in bf16: the output layer (Megatron-Core's tensor_parallel.ColumnParallelLinear, a torch
+  // matmul), the router's gate (a torch linear) and an unfused attention core.
+  const Dtype dtype = input == Input::unquantized ? storage_dtype(dtype_) : dtype_;
+  GemmShape shape{m, n, k, batch, dtype};
   Op op;
   op.name = name;
   op.phase = phase;
