@@ -88,7 +88,9 @@ bool BlockBuilder::attention_core(const char* name, AttentionKernel kernel, cons
   Op op;
   op.name = name;
   op.flops = shape.forward_flops();
-  op.gemm = GemmShape{shape.seq, shape.v_head_dim, shape.head_dim, shape.batch_heads, dtype_};
+  // The fused core runs in bf16 under FP8 training too, as its measured rates are: Megatron-Core's
+  // --fp8-dot-product-attention is off by default and no Megatron-Bridge v0.4.2 perf config sets it.
+  op.gemm = GemmShape{shape.seq, shape.v_head_dim, shape.head_dim, shape.batch_heads, storage_dtype(dtype_)};
   op.is_attention = true;
   op.attention_kernel = kernel;
   op.attention_window = shape.window;
