@@ -56,9 +56,12 @@ int run_calibrate(const CalibrateOptions& o) {
   c.topology_name = o.topology;
   c.model = load_model(resolve_data_file("models", o.model));
   c.topology = load_topology(resolve_data_file("topologies", o.topology));
-  if (c.model.dtype == Dtype::fp8)
-    throw InputError("model '" + c.model.name + "' trains in fp8: calibrate does not time FP8 GEMMs yet (cuBLASLt scaled "
-                     "FP8 is not built); calibrate it in bf16 and predict fp8 with the analytic profile");
+  if (c.model.dtype == Dtype::fp8 && c.backend == Backend::cpu)
+    throw InputError("model '" + c.model.name + "' trains in fp8: the CPU backend has no FP8 GEMMs; calibrate on a GPU "
+                     "with FP8 tensor cores (--backend cuda, compute capability 8.9+) or predict fp8 with the analytic "
+                     "profile");
+  if (std::string why; c.model.dtype == Dtype::fp8 && !kernels::cuda_fp8_gemm_supported(&why))
+    throw InputError("model '" + c.model.name + "' trains in fp8: " + why);
   c.gpus = o.gpus;
   c.global_batch = o.global_batch;
   c.seq_len = o.seq;

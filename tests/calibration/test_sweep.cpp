@@ -120,6 +120,40 @@ TEST(Sweep, DroplessExpertGroupsAddTheUnevenAllToAllV) {
     EXPECT_NE(c.op, CollectiveOp::all_to_all_v);
 }
 
+// FP8 training on a GPU: the linears' GEMMs are timed in FP8, on cuBLASLt's layouts (dimensions
+// rounded up to multiples of 16, as Transformer Engine pads them); the output layer's and the
+// router's stay in the storage dtype, as Megatron-Core runs them.
+TEST(Sweep, Fp8ModelsTimeTheLinearsInFp8AndTheRestInBf16) {
+  ModelSpec m = model("cpu-qwen-moe");
+  m.dtype = Dtype::fp8;
+  SweepOptions o;
+  o.gpus = o.world = 2;
+  o.quick = true;
+  o.gpu = true;
+  o.dtype = Dtype::bf16;
+  o.fp8_gemms = true;
+  int fp8 = 0, bf16 = 0;
+  bool output_layer = false;
+  for (const GemmCase& g : derive_sweep(m, local_cpu(), o).gemms) {
+    if (g.shape.dtype == Dtype::fp8) {
+      ++fp8;
+      EXPECT_EQ(g.shape.m % 16, 0);
+      EXPECT_EQ(g.shape.n % 16, 0);
+      EXPECT_EQ(g.shape.k % 16, 0);
+    } else {
+      EXPECT_EQ(g.shape.dtype, Dtype::bf16);
+      ++bf16;
+      output_layer |= g.shape.n == m.vocab || g.shape.n == m.vocab / 2;  // the vocabulary, whole or split over t = 2
+    }
+  }
+  EXPECT_GT(fp8, 0);
+  EXPECT_GT(bf16, 0);
+  EXPECT_TRUE(output_layer);
+  // A model in bf16 (or without FP8 GEMMs asked for) measures every GEMM in the one dtype.
+  o.fp8_gemms = false;
+  for (const GemmCase& g : derive_sweep(m, local_cpu(), o).gemms) EXPECT_EQ(g.shape.dtype, Dtype::bf16);
+}
+
 // More ranks on one host than the topology's node (4 ranks on a host, local-cpu's nodes have 2):
 // the placed node is one island, so no group crosses islands and no series is measured twice.
 TEST(Sweep, RanksPlacedOnOneHostNeverCrossIslands) {

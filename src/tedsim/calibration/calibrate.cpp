@@ -71,7 +71,9 @@ int run_calibration(const CalibrationOptions& o) {
   const double budget = o.quick ? 0.05 : 0.3;  // seconds of timed repetitions per point, at least 3 reps
   if (o.out.empty()) throw InputError("--out: a profile file to write is required");
 
-  const Dtype dtype = o.backend == Backend::cuda ? o.model.dtype : Dtype::fp32;
+  // FP8 training keeps bf16 tensors (kernels, collectives) and multiplies in FP8 inside Transformer
+  // Engine's linears: those GEMMs are timed in FP8 (cuBLASLt, scaled E4M3), the rest in bf16.
+  const Dtype dtype = o.backend == Backend::cuda ? storage_dtype(o.model.dtype) : Dtype::fp32;
   std::unique_ptr<Bench> bench = o.backend == Backend::cuda ? make_cuda_bench(dtype) : make_cpu_bench();
   ProfileData data;
   data.provenance = describe_this_run(o.backend, *bench);
@@ -87,6 +89,7 @@ int run_calibration(const CalibrationOptions& o) {
   so.grid = o.grid;
   so.gpu = o.backend == Backend::cuda;
   so.dtype = dtype;
+  so.fp8_gemms = o.backend == Backend::cuda && o.model.dtype == Dtype::fp8;
   so.min_bytes = o.min_bytes;
   so.max_bytes = o.max_bytes;
   so.step_factor = o.step_factor;

@@ -14,8 +14,11 @@
 #include "tedsim/calibration/device_timer.hpp"
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
+#include "tedsim/kernels/cpu/fp8.hpp"
+#include "tedsim/kernels/cpu/router_of_model.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
+#include "tedsim/kernels/cuda/step_kernels.hpp"
 #include "tedsim/kernels/device.hpp"
 
 namespace tedsim::calibration {
@@ -61,6 +64,7 @@ class CudaBench final : public Bench {
   Dtype dtype() const override { return dtype_; }
 
   Prepared gemm(const GemmShape& s) override {
+    if (s.dtype == Dtype::fp8) return gemm_fp8(s);
     const int m = int(s.m), n = int(s.n), k = int(s.k), batch = int(s.batch);
     const Dtype t = dtype_;
     std::vector<float> ha, hb;
@@ -100,6 +104,94 @@ class CudaBench final : public Bench {
     return p;
   }
 
+  // Transformer Engine's FP8 linear: E4M3 input and weight (per-tensor scales), bf16 output,
+  // cuBLASLt; a grouped GEMM's experts one call each, as Transformer Engine's grouped linear
+  // issues them. The quantization kernels are separate points (elementwise, bf16), as the
+  // workload prices them. Checked on sampled entries against the product of the same E4M3 values.
+  Prepared gemm_fp8(const GemmShape& s) {
+    std::string why;
+    if (!cu::fp8_gemm_supported(&why)) throw InputError("FP8 GEMMs: " + why);
+    const int m = int(s.m), n = int(s.n), k = int(s.k), batch = int(s.batch);
+    const std::size_t a_n = std::size_t(batch) * m * k, w_n = std::size_t(batch) * n * k;
+    constexpr float kAQuant = 200.0f, kWQuant = 300.0f;  // inputs in [-1, 1] scaled well inside E4M3's range
+    auto quantized = [](std::size_t count, unsigned seed, float scale) {
+      const std::vector<float> x = random_vector(count, seed);
+      cu::DeviceBuffer staging(count * 4);
+      staging.upload(x.data(), staging.bytes());
+      auto bytes = std::make_shared<cu::DeviceBuffer>(count + 16);
+      cu::quantize_e4m3(staging.as<float>(), count, scale, bytes->data());
+      cu::synchronize();
+      return std::make_pair(bytes, std::make_shared<std::vector<float>>(tk::quantize_e4m3(x, scale)));
+    };
+    const auto [a, ha] = quantized(a_n, 1, kAQuant);
+    const auto [w, hw] = quantized(w_n, 2, kWQuant);
+    const float inverse[2] = {1.0f / kAQuant, 1.0f / kWQuant};
+    auto scales = std::make_shared<cu::DeviceBuffer>(sizeof inverse);
+    scales->upload(inverse, sizeof inverse);
+    Buf c = std::make_shared<cu::DeviceBuffer>(std::size_t(batch) * m * n * 2);
+    auto blas = blas_;
+    Prepared p;
+    p.what = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " fp8";
+    p.run = [=] {
+      for (int e = 0; e < batch; ++e) {
+        const auto* ae = static_cast<const unsigned char*>(a->data()) + std::size_t(e) * m * k;
+        const auto* we = static_cast<const unsigned char*>(w->data()) + std::size_t(e) * n * k;
+        auto* ce = static_cast<unsigned char*>(c->data()) + std::size_t(e) * m * n * 2;
+        cu::gemm_fp8(*blas, m, n, k, ae, we, scales->as<float>(), scales->as<float>() + 1, ce);
+      }
+    };
+    p.check = [=] {
+      p.run();
+      cu::synchronize();
+      const std::vector<float> hc = download(*c, Dtype::bf16, std::size_t(batch) * m * n);
+      std::mt19937 rng(3);
+      std::int64_t wrong = 0;
+      for (int sample = 0; sample < 64; ++sample) {
+        const std::size_t e = rng() % unsigned(batch), i = rng() % unsigned(m), j = rng() % unsigned(n);
+        double want = 0, mag = 0;
+        for (int q = 0; q < k; ++q) {
+          const double x = double((*ha)[(e * m + i) * k + q]) * (*hw)[(e * n + j) * k + q] / (double(kAQuant) * kWQuant);
+          want += x;
+          mag += std::abs(x);
+        }
+        const double got = hc[(e * m + i) * n + j];
+        wrong += !(std::isfinite(got) && std::abs(got - want) <= 1e-2 * (std::abs(want) + 1e-2 * mag) + 1e-6);
+      }
+      return wrong;
+    };
+    return p;
+  }
+
+  // Today's routers (kernels/cuda/router.cu), the one the model's step runs, at the gating bytes
+  // the workload asks for (as the CPU bench sizes them); checked against the CPU router: the same
+  // experts and positions, weights within 1e-4.
+  Prepared router(double bytes, const ModelSpec& model) {
+    const int E = model.moe.experts, k = model.moe.top_k;
+    const double passes = 1.0 + (model.moe.group_limited() ? 1.0 : 0.0);
+    const int T = int(std::max<std::int64_t>(1, std::int64_t(bytes / (E * 4.0 * passes + k * 12.0))));
+    const auto logits = random_vector(std::size_t(T) * E, 4, -3, 3);
+    Buf dl = upload(logits, Dtype::fp32);
+    auto out = std::make_shared<cu::DeviceRouter>();
+    const tk::RouterConfig cfg = tk::router_config(model.moe);
+    Prepared p;
+    p.what = std::string("kernel gating (") + to_string(model.moe.router) + (model.moe.dropless() ? ", dropless)" : ")");
+    p.bytes = double(T) * (E * 4.0 * passes + k * 12.0);
+    p.run = [=] { cu::route_forward(dl->as<float>(), T, E, cfg, *out); };
+    p.check = [=] {
+      p.run();
+      cu::synchronize();
+      tk::RouterOutput got, ref;
+      out->download(got);
+      tk::route_forward(logits.data(), nullptr, T, E, cfg, ref);
+      std::int64_t wrong = 0;
+      for (std::size_t i = 0; i < ref.gate.expert.size(); ++i)
+        wrong += got.gate.expert[i] != ref.gate.expert[i] || got.gate.position[i] != ref.gate.position[i] ||
+                 std::abs(got.gate.weight[i] - ref.gate.weight[i]) > 1e-4f;
+      return wrong;
+    };
+    return p;
+  }
+
   Prepared kernel(KernelKind kind, double bytes, const ModelSpec& model) override {
     const Dtype t = dtype_;
     const int B = bytes_of(t);
@@ -114,6 +206,7 @@ class CudaBench final : public Bench {
     p.what = std::string("kernel ") + to_string(kind);
     switch (kind) {
       case KernelKind::gating: {
+        if (model.is_moe() && !model.moe.deepspeed_gating()) return router(bytes, model);
         const int T = int(at_least(bytes / (E * 4.0 + topk * 12.0)));
         const auto logits = random_vector(std::size_t(T) * E, 4, -3, 3);
         Buf dl = upload(logits, Dtype::fp32);

@@ -25,7 +25,7 @@ class RecordingProfile final : public Profile {
  public:
   RecordingProfile() = default;
   double gemm_seconds(const GemmShape& s) const override {
-    if (s.m > 0 && s.n > 0 && s.k > 0) gemms.insert({s.m, s.n, s.k, s.batch});
+    if (s.m > 0 && s.n > 0 && s.k > 0) gemms.insert({s.m, s.n, s.k, s.batch, int(s.dtype)});
     return 1e-6;
   }
   double kernel_seconds(KernelKind kind, double bytes, Dtype d) const override {
@@ -49,19 +49,24 @@ class RecordingProfile final : public Profile {
   }
   std::string describe() const override { return "recording"; }
 
-  mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> gemms;
+  mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>> gemms;  // m n k batch dtype
   mutable std::map<int, std::pair<double, double>> kernel_range;
   mutable double largest_collective = 0;  // bytes of the largest message any workload sends
   mutable std::map<int, std::set<double>> collective_bytes;  // by op: every message size asked
 
 };
 
-// Bucket of a GEMM shape: each dimension on a grid of factor 2 in log space. Shapes in one bucket
-// have nearly the same efficiency, and the profile interpolates between buckets anyway.
-std::tuple<int, int, int, int> bucket(const std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>& s) {
+// Bucket of a GEMM shape: each dimension on a grid of factor 2 in log space, and its dtype. Shapes
+// in one bucket have nearly the same efficiency, and the profile interpolates between buckets anyway.
+using RecordedGemm = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
+std::tuple<int, int, int, int, int> bucket(const RecordedGemm& s, bool keep_dtype) {
   const auto b = [](std::int64_t v) { return int(std::lround(std::log2(double(v)))); };
-  return {b(std::get<0>(s)), b(std::get<1>(s)), b(std::get<2>(s)), b(std::get<3>(s))};
+  return {b(std::get<0>(s)), b(std::get<1>(s)), b(std::get<2>(s)), b(std::get<3>(s)), keep_dtype ? std::get<4>(s) : 0};
 }
+
+// An FP8 GEMM's dimensions rounded up to cuBLASLt's FP8 layouts (multiples of 16), as Transformer
+// Engine pads them (Megatron-Core pads expert rows for FP8 likewise: moe_router_padding_for_fp8).
+std::int64_t fp8_layout(std::int64_t v) { return (v + 15) / 16 * 16; }
 
 // The job's own message sizes beside the grid, by op: a collective's time can jump between two grid
 // sizes where the library changes algorithm (OpenMPI's reduce-scatter on 2 ranks of a 2-core VM:
@@ -197,15 +202,19 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   }
   // Distinct shapes, capped: one per bucket (the first seen), then evenly over FLOPs.
   sweep.gemm_shapes_seen = int(rec.gemms.size());
-  std::map<std::tuple<int, int, int, int>, std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> buckets;
-  for (const auto& s : rec.gemms) buckets.emplace(bucket(s), s);
+  std::map<std::tuple<int, int, int, int, int>, RecordedGemm> buckets;
+  for (const auto& s : rec.gemms) buckets.emplace(bucket(s, o.fp8_gemms), s);
   std::vector<GemmShape> shapes;
   // A CPU core runs ~50 GFLOP/s: shapes above the cap would take seconds per repetition; the
   // profile extrapolates them from the largest measured ones (efficiency is flat up there).
   const double flop_cap = o.gpu ? 1e14 : (o.quick ? 1e10 : 4e10);
   for (const auto& [b, s] : buckets) {
     GemmShape g{std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s), o.dtype};
-    const double bytes = double(g.batch) * double(g.m * g.k + g.k * g.n + g.m * g.n) * bytes_of(o.dtype);
+    if (o.fp8_gemms && Dtype(std::get<4>(s)) == Dtype::fp8) {
+      g.dtype = Dtype::fp8;
+      g.m = fp8_layout(g.m), g.n = fp8_layout(g.n), g.k = fp8_layout(g.k);
+    }
+    const double bytes = double(g.batch) * double(g.m * g.k + g.k * g.n + g.m * g.n) * bytes_of(g.dtype);
     if (g.flops() > flop_cap || bytes > (o.gpu ? 16.0 : 2.0) * kGiB) continue;
     shapes.push_back(g);
   }

@@ -25,7 +25,10 @@ struct SweepOptions {
   bool quick = false;
   bool grid = false;            // a generic grid of GEMM shapes and kernel sizes, not the model's
   bool gpu = false;             // timing device: caps sizes to what a CPU core does in seconds
-  Dtype dtype = Dtype::fp32;    // measured dtype (CPU: fp32; CUDA: the model's)
+  Dtype dtype = Dtype::fp32;    // measured dtype (CPU: fp32; CUDA: the model's storage dtype)
+  // FP8 training (CUDA only): GEMMs keep the dtype the workload asks for, FP8 inside Transformer
+  // Engine's linears and `dtype` outside them (output layer, router, attention core).
+  bool fp8_gemms = false;
   std::int64_t min_bytes = 0, max_bytes = 0;  // collectives; 0: defaults for quick/full
   double step_factor = 0;                     // 0: default
 };

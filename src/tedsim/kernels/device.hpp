@@ -15,4 +15,8 @@ int cuda_device_count();
 // A one-line human explanation of why CUDA kernels cannot run here ("" when a device is usable).
 std::string describe_cuda_unavailable();
 
+// Whether the current CUDA device multiplies FP8 on tensor cores (compute capability 8.9+); when
+// not, `why` says what the device is (or that there is none).
+bool cuda_fp8_gemm_supported(std::string* why);
+
 }  // namespace tedsim::kernels

@@ -9,4 +9,9 @@ std::string describe_cuda_unavailable() {
   return "no CUDA device: tedsim was built without CUDA (reconfigure with nvcc on PATH and -DTEDSIM_CUDA=ON)";
 }
 
+bool cuda_fp8_gemm_supported(std::string* why) {
+  if (why) *why = describe_cuda_unavailable();
+  return false;
+}
+
 }  // namespace tedsim::kernels

@@ -5,6 +5,8 @@
 // gemm_bf16_compute, which keeps fp32 storage and lets cuBLAS round the operands to bf16.
 #include <cublasLt.h>
 
+#include <string>
+
 #include "tedsim/kernels/cuda/common.cuh"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
@@ -114,6 +116,38 @@ void gemm_lt(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, c
   if (found == 0) detail::fail(__FILE__, __LINE__, "cublasLt found no algorithm for this GEMM");
   TEDSIM_CUBLAS_CHECK(cublasLtMatmul(impl.lt, d.op, &op.alpha, b, d.a, a, d.b, &op.beta, c, d.c, c, d.c,
                                      &heuristic.algo, impl.workspace, impl.workspace_bytes, nullptr));
+}
+
+void gemm_fp8(BlasHandle& h, int m, int n, int k, const void* a, const void* w, const float* a_scale,
+              const float* w_scale, void* c) {
+  if (m <= 0 || n <= 0 || k <= 0) return;
+  if (m % 16 != 0 || n % 16 != 0 || k % 16 != 0)
+    throw InputError("cuda::gemm_fp8: m, n and k must be multiples of 16, got " + std::to_string(m) + "x" +
+                     std::to_string(n) + "x" + std::to_string(k));
+  // Column-major view of C^T[n,m] = W[n,k] A^T: cuBLASLt's A is W, stored [k,n] column-major (the
+  // row-major [n,k] weight) and transposed; its B is A, [k,m] column-major, not transposed. That is
+  // the "TN" layout FP8 GEMMs take on every FP8 generation.
+  LtDescs d;
+  const cublasOperation_t trans = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof none));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, k, n, k));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, k, m, k));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_16BF, n, m, n));
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
+  auto& impl = h.impl();
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &impl.workspace_bytes, sizeof impl.workspace_bytes));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(impl.lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
+  if (found == 0) detail::fail(__FILE__, __LINE__, "cublasLt found no algorithm for this FP8 GEMM");
+  const float alpha = 1.0f, beta = 0.0f;
+  TEDSIM_CUBLAS_CHECK(cublasLtMatmul(impl.lt, d.op, &alpha, w, d.a, a, d.b, &beta, c, d.c, c, d.c, &heuristic.algo,
+                                     impl.workspace, impl.workspace_bytes, nullptr));
 }
 
 }  // namespace tedsim::kernels::cuda

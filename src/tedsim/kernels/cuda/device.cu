@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tedsim/kernels/device.hpp"
+#include "tedsim/kernels/cuda/step_kernels.hpp"
 
 namespace tedsim::kernels {
 
@@ -31,6 +32,14 @@ std::string describe_cuda_unavailable() {
   }
   if (n == 0) return "no CUDA device: the driver reports 0 devices";
   return "";
+}
+
+bool cuda_fp8_gemm_supported(std::string* why) {
+  if (cuda_device_count() <= 0) {
+    if (why) *why = describe_cuda_unavailable();
+    return false;
+  }
+  return cuda::fp8_gemm_supported(why);
 }
 
 }  // namespace tedsim::kernels

@@ -8,6 +8,7 @@
 // them one to one.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "tedsim/kernels/cpu/gemm.hpp"
 #include "tedsim/kernels/cpu/router.hpp"
@@ -53,6 +54,20 @@ void rotary_backward(int rows, int seq, int heads, int head_dim, int rotary_dim,
                      const float* sin, float* grad);
 // cpu/activations.hpp swiglu_backward (fp32): grad_x [rows, 2F] overwritten.
 void swiglu_backward(int rows, int ffn, const float* x, const float* grad_y, float* grad_x);
+
+// ---------------------------------------------------------------- FP8
+// Whether this device multiplies FP8 on tensor cores (compute capability 8.9+); `why` says what
+// the device is when it does not.
+bool fp8_gemm_supported(std::string* why = nullptr);
+// out[i] = x[i] * scale as E4M3 bytes (cpu/fp8.hpp round_to_e4m3: nearest, ties to even,
+// saturating at 448).
+void quantize_e4m3(const float* x, std::size_t n, float scale, void* out);
+// Transformer Engine's FP8 linear, forward: C[m,n] (bf16) = (a_scale A[m,k]) (w_scale W[n,k])^T
+// with A and W E4M3, row-major, W as a linear layer stores its weight; a_scale and w_scale are
+// device floats (the inverses of the quantization scales). cuBLASLt with fp32 accumulation; m, n
+// and k multiples of 16 (cuBLASLt's FP8 layouts); InputError otherwise.
+void gemm_fp8(BlasHandle& h, int m, int n, int k, const void* a, const void* w, const float* a_scale,
+              const float* w_scale, void* c);
 
 // ---------------------------------------------------------------- attention
 // One block per (row, head) keeps a score row in shared memory: seq is bounded by the device's
