@@ -62,7 +62,7 @@ int run_simulate(const SimulateOptions& o) {
     doc["kind"] = "simulate";
     if (far_share >= 0) doc["profile_far_share"] = far_share;  // of the iteration, on far extrapolations
     if (spread) doc["iteration_time_s_range"] = {spread->first, spread->second};
-    if (o.ops) doc["ops"] = op_breakdown_json(evaluator.workload_for(c), in.model);
+    if (o.ops || !o.in.html.empty()) doc["ops"] = op_breakdown_json(evaluator.workload_for(c), in.model);
     // The timeline is for the HTML page (thousands of events); --trace FILE writes it for tools.
     if (!o.in.html.empty()) doc["timeline"] = timeline_json(trace);
     write_results(o.in, doc, in, out);
@@ -80,7 +80,7 @@ void register_simulate(CLI::App& app, Action& action) {
   cmd->add_option("--trace", o->trace, "write the simulated timeline as a Chrome/Perfetto trace");
   cmd->add_flag("--ops", o->ops,
                 "list every op of each layer kind (forward, recompute, backward) with its time, FLOPs or bytes and "
-                "the rate that implies (JSON: ops)");
+                "the rate that implies (JSON: ops; --html draws them too)");
   add_emit_option(*cmd, o->emit);
   cmd->callback([o, cmd, &action] {
     note_defaulted_degrees(*cmd, o->knobs);

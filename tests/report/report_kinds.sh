@@ -19,8 +19,9 @@ run() {  # run LOG COMMAND...: a tedsim command that must succeed
 
 run simulate "$TEDSIM" simulate --model ted-6.7b --pp 2 --vpp 2 --tp 2 --ep 16 --gpus 128 --json "$OUT/simulate.json" \
   --html "$OUT/simulate.html"
-check simulate 3
+check simulate 4
 grep -q '"lane":"stage 1 compute"' "$OUT/simulate.html" || fail "the simulate report has no timeline of stage 1"
+grep -q '>expert_fc1</td>' "$OUT/simulate.html" || fail "the simulate report has no op table"
 
 run search "$TEDSIM" search --model ted-1.3b --gpus 32 --global-batch 256 --threads 1 --json "$OUT/search.json" \
   --html "$OUT/search.html"
@@ -50,10 +51,10 @@ run validate "$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" vali
 check validate 3
 grep -q "over the measured profile's spread" "$OUT/validate.html" || fail "the validate report does not give the prediction's range"
 
-# One page from saved results of every kind (a saved simulate result has no timeline: 2 + 3 + 2 +
-# 3 + 3 plots).
+# One page from saved results of every kind (a saved simulate result has no timeline but its ops:
+# 3 + 3 + 2 + 3 + 3 plots).
 run report "$TEDSIM" report "$OUT/simulate.json" "$OUT/search.json" "$OUT/scale.json" "$OUT/validate.json" \
   "$OUT/profile.json" --html "$OUT/combined.html"
-check combined 13
+check combined 14
 grep -q "saved --json results leave it out" "$OUT/combined.html" || fail "the combined report does not say where the timeline went"
 exit $status

@@ -9,6 +9,7 @@
 #include "tedsim/core/atomic_file.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/profile/measured_profile.hpp"
+#include "tedsim/report/html_ops.hpp"
 #include "tedsim/report/html_page.hpp"
 #include "tedsim/report/vega_charts.hpp"
 
@@ -179,6 +180,7 @@ void simulate_section(HtmlPage& page, const json& p) {
   else
     page.paragraph("The timeline is drawn by simulate --html (saved --json results leave it out; simulate --trace FILE "
                    "writes it for ui.perfetto.dev).");
+  if (p.contains("ops")) ops_section(page, p["ops"]);
 }
 
 // ---- search ---------------------------------------------------------------------------------
