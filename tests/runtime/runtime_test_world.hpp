@@ -42,10 +42,12 @@ enum TodaysMoe {
   kMla = 4,             // kDroplessShared with DeepSeek's multi-head latent attention: q latent 16, kv latent 8,
                         // query/key heads 4 + 4 rope, value heads 6 (apart from the query/key size)
   kMlaDirectQ = 5,      // the same without the q latent (DeepSeek-V2-Lite's queries straight from x)
+  kMtp = 6,             // kMla with DeepSeek-V3's multi-token prediction (2 modules after the last, MoE, layer)
+                        // and untied embeddings
 };
 
 inline ModelSpec small_todays_moe(TodaysMoe kind) {
-  const bool mla = kind == kMla || kind == kMlaDirectQ;
+  const bool mla = kind == kMla || kind == kMlaDirectQ || kind == kMtp;
   ModelSpec m = small_moe(4, kind == kDroplessShared || mla ? Activation::swiglu : Activation::gelu, true);
   if (kind == kTedModel) return m;
   m.moe.experts = 8;
@@ -64,7 +66,11 @@ inline ModelSpec small_todays_moe(TodaysMoe kind) {
     if (mla) {
       m.attention = Attention::mla;
       m.kv_heads = m.heads;
-      m.mla.q_lora_rank = kind == kMla ? 16 : 0;
+      m.mla.q_lora_rank = kind == kMlaDirectQ ? 0 : 16;
+      if (kind == kMtp) {  // as DeepSeek-V3: untied, so a last stage keeps its own embedding copy
+        m.mtp_layers = 2;
+        m.tie_embeddings = false;
+      }
       m.mla.kv_lora_rank = 8;
       m.mla.qk_nope_head_dim = 4;
       m.mla.qk_rope_head_dim = 4;

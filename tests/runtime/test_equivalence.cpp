@@ -93,7 +93,7 @@ std::string name_of(const EqCase& c) {
   n += c.checkpoint ? (c.cac ? "_cac" : "_ckpt") : c.selective ? "_sel" : "_nockpt";
   n += c.expert_tp ? "_etp" : "_noetp";
   n += "_zero" + std::to_string(c.zero);
-  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax", "_mla", "_mla_direct_q"};
+  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax", "_mla", "_mla_direct_q", "_mtp"};
   return n + models[c.model] + (c.sp ? "_sp" : "");
 }
 
@@ -191,6 +191,16 @@ INSTANTIATE_TEST_SUITE_P(
         EqCase{4, 2, 1, kTed, false, false, false, true, 1, 2, 1, false, kMlaDirectQ},
         EqCase{4, 2, 2, kTed, false, false, false, true, 3, 1, 1, false, kMla},
         EqCase{4, 2, 2, kTed, false, false, false, false, 0, 1, 1, false, kMla, true},
+        // Multi-token prediction (untied embeddings): eh_proj split over t, the layer's replay
+        // under recompute and CAC, the last stage's embedding copy, ZeRO-3's module units, SP.
+        EqCase{1, 1, 1, kTed, false, false, false, true, 0, 1, 1, false, kMtp},
+        EqCase{2, 2, 1, kTed, false, false, false, true, 1, 1, 1, false, kMtp},
+        EqCase{2, 1, 2, kTed, false, true, true, true, 1, 1, 1, false, kMtp},
+        EqCase{2, 1, 1, kTed, false, false, false, true, 1, 2, 1, false, kMtp},
+        EqCase{2, 2, 1, kTed, false, false, false, false, 0, 1, 1, false, kMtp, true},
+        EqCase{4, 2, 2, kTed, false, false, false, true, 3, 1, 1, false, kMtp},
+        EqCase{4, 2, 1, kTed, false, true, true, false, 3, 2, 1, false, kMtp, true},
+        EqCase{4, 1, 2, kTed, false, false, false, true, 1, 2, 1, true, kMtp},
         // Sequence parallelism: {..., model, sp}; with and without expert TP, CAC, selective
         // recompute, pipelines, ZeRO-1 and today's routers (dropless: without expert TP).
         EqCase{2, 2, 1, kTed, false, false, false, true, 0, 1, 1, false, kTedModel, true},
@@ -242,7 +252,7 @@ std::map<std::string, std::pair<double, double>> gradient_sums(runtime::Trainer&
   // Every rank's sums of every kind, through host_max (each rank fills its own slots).
   static const std::vector<std::string> kinds = {"embedding", "lm_head",    "final_ln",   "ln",       "attn_qkv",
                                                  "attn_out",  "mlp_fc1",    "mlp_fc2",    "gate",     "expert_fc1",
-                                                 "expert_fc2", "shared_fc1", "shared_fc2"};
+                                                 "expert_fc2", "shared_fc1", "shared_fc2", "mtp_eh_proj"};
   const int n = comm.size(), K = static_cast<int>(kinds.size());
   std::vector<double> all(static_cast<std::size_t>(n) * K * 2, -1e300);
   for (int k = 0; k < K; ++k) {

@@ -49,6 +49,7 @@ TEST_P(GradCheck, EveryParameterKindMatchesFiniteDifferences) {
   o.gate_init_std = k.model == kTedModel ? 1.0f : 2.0f;
   o.ln_init_noise = 0.2f;
   o.aux_loss_coef = 0.5f;  // large, so the aux-loss gradient path is visible in the gate's gradient
+  o.mtp_loss_scale = 1.0f;  // likewise multi-token prediction's in the shared parameters
   runtime::Trainer tr(world, m, c, o);
   tr.loss_and_grads(0);
   const std::uint64_t sig = tr.routing_signature();
@@ -93,6 +94,7 @@ TEST_P(GradCheck, EveryParameterKindMatchesFiniteDifferences) {
                                     "mlp_fc1",   "mlp_fc2",  "gate", "expert_fc1", "expert_fc2"};
   if (!GetParam().tied) expected.insert("lm_head");
   if (m.moe.shared_experts > 0) expected.insert({"shared_fc1", "shared_fc2"});
+  if (m.mtp_layers > 0) expected.insert("mtp_eh_proj");
   if (m.moe_layers() == m.layers) {
     expected.erase("mlp_fc1");
     expected.erase("mlp_fc2");
@@ -101,7 +103,7 @@ TEST_P(GradCheck, EveryParameterKindMatchesFiniteDifferences) {
 }
 
 std::string grad_case_name(const ::testing::TestParamInfo<GradCase>& p) {
-  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax", "_mla", "_mla_direct_q"};
+  static const char* const models[] = {"", "_dropless_shared", "_sigmoid_groups", "_topk_softmax", "_mla", "_mla_direct_q", "_mtp"};
   return std::string(p.param.act == Activation::gelu ? "gelu" : "swiglu") + (p.param.tied ? "_tied" : "_untied") +
          models[p.param.model];
 }
@@ -112,7 +114,8 @@ INSTANTIATE_TEST_SUITE_P(Runtime, GradCheck,
                                            GradCase{Activation::gelu, true, kSigmoidGroups},
                                            GradCase{Activation::gelu, false, kTopkSoftmax},
                                            GradCase{Activation::swiglu, false, kMla},
-                                           GradCase{Activation::swiglu, true, kMlaDirectQ}),
+                                           GradCase{Activation::swiglu, true, kMlaDirectQ},
+                                           GradCase{Activation::swiglu, false, kMtp}, GradCase{Activation::swiglu, true, kMtp}),
                          grad_case_name);
 
 }  // namespace

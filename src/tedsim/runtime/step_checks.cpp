@@ -35,7 +35,7 @@ std::string first_non_finite(StepOps& ops, ParamStore& store, const Tensor* cons
 std::vector<Checksum> global_checksums(StepOps& ops, ParamStore& store, Communicator& world) {
   const std::vector<std::string> kinds = {"embedding",  "lm_head",    "final_ln",   "ln",         "attn_qkv",
                                           "attn_out",   "mlp_fc1",    "mlp_fc2",    "gate",       "expert_fc1",
-                                          "expert_fc2", "shared_fc1", "shared_fc2"};
+                                          "expert_fc2", "shared_fc1", "shared_fc2", "mtp_eh_proj"};
   std::map<std::string, std::pair<double, double>> by_kind;
   for (const auto& k : kinds) by_kind[k] = {0, 0};
   std::vector<float> w;  // host copy of one parameter

@@ -16,6 +16,9 @@ StepDims step_dims(const ModelSpec& model, const ParallelConfig& cfg, int tensor
   d.expert_size = model.is_moe() ? cfg.ep : 1;
   d.micro_batch = cfg.micro_batch;
   d.seq = cfg.seq_len > 0 ? cfg.seq_len : model.seq_len;
+  if (model.mtp_layers > 0 && d.seq <= model.mtp_layers + 1)
+    throw InputError("training step: " + std::to_string(model.mtp_layers) + " multi-token-prediction modules need "
+                     "sequences of more than " + std::to_string(model.mtp_layers + 1) + " tokens; got " + std::to_string(d.seq));
   const int T = d.tokens = d.micro_batch * d.seq;
   const bool sp = d.sequence_parallel = cfg.sequence_parallel && t > 1;
   if (sp && T % t != 0)

@@ -147,11 +147,13 @@ void Trainer::Impl::check_finite(double loss_share) {
                  ": lower the learning rate (--lr) or check the data");
 }
 
-// Tied embeddings on P > 1 stages: the first stage's embedding and the last stage's copy get the
-// sum of both gradients, so the two stay equal through identical Adam steps.
+// Tied embeddings, or multi-token prediction's lookups, on P > 1 stages: the first stage's embedding
+// and the last stage's copy get the sum of both gradients, so the two stay equal through identical
+// Adam steps (Megatron-Core all-reduces the word embeddings' gradients between the two likewise).
 void Trainer::Impl::sync_tied_embedding() {
-  if (cfg.pp == 1 || !model.tie_embeddings || tied->size() == 1) return;
-  const int id = stage->first() ? stage->embedding_table() : stage->head_weight();
+  if (cfg.pp == 1 || tied->size() == 1) return;
+  const int id = stage->first() ? stage->embedding_table() : stage->embedding_copy();
+  if (id < 0 || (!model.tie_embeddings && model.mtp_layers == 0)) return;
   const double t0 = ctx.clock();
   tied->all_reduce(ctx.G(id), ctx.G(id), store.info(id).numel, Dtype::fp32);
   tied->wait();

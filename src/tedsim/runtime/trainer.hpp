@@ -51,6 +51,7 @@ struct TrainerOptions {
   std::uint64_t seed = 1234;
   float lr = 1e-3f;
   float aux_loss_coef = 0.01f;
+  float mtp_loss_scale = 0.1f;    // multi-token prediction's loss weight (Megatron-Core's mtp_loss_scaling_factor)
   float init_std = 0.02f;
   float gate_init_std = 0.0f;     // 0: init_std
   float ln_init_noise = 0.0f;     // > 0: randomize LayerNorm gammas/betas (gradient checks)

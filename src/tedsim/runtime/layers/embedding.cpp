@@ -11,6 +11,15 @@ void Embedding::register_params(ParamRegistrar& reg, const StepContext& c, float
                    0, stdv);
 }
 
+void Embedding::register_copy(ParamRegistrar& reg, const StepContext& c, float stdv) {
+  const StepDims& d = c.dims;
+  reg.set_unit(d.layers + 1);
+  table_ = reg.add("embedding.copy", "embedding", 1, false, false,
+                   ParamRegistrar::slice(1, d.vocab, d.hidden, 0, 1, d.vocab_first, d.vocab_first + d.vocab_local,
+                                         {{0, d.hidden}}),
+                   0, stdv, true);
+}
+
 void Embedding::forward(StepContext& c, const std::int32_t* tokens, float* x) {
   const StepDims& d = c.dims;
   const double t0 = c.clock();

@@ -18,6 +18,11 @@ class Embedding {
   void forward(StepContext& c, const std::int32_t* tokens, float* x);
   // g: d(loss)/dx [Tl, h]; the table's gradient accumulates.
   void backward(StepContext& c, const std::int32_t* tokens, const float* g);
+  // A last stage's lookup for multi-token prediction: the table this stage already holds (the
+  // embedding itself on a one-stage step, a tied embedding's copy), or a copy of its own in the
+  // head's ZeRO-3 unit L + 1, initialized alike and kept equal by the Trainer's embedding sync.
+  void share(int table) { table_ = table; }
+  void register_copy(ParamRegistrar& reg, const StepContext& c, float stdv);
   int table() const { return table_; }
 
  private:

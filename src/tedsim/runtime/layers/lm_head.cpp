@@ -1,5 +1,6 @@
 #include "tedsim/runtime/layers/lm_head.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tedsim::runtime {
@@ -21,18 +22,39 @@ void LmHead::register_params(ParamRegistrar& reg, const StepContext& c, int embe
 
 double LmHead::forward(StepContext& c, const float* x, const std::int32_t* targets, bool backward, Tensor& grad) {
   const StepDims& d = c.dims;
-  const int T = d.tokens, h = d.hidden, V_l = d.vocab_local, v0 = d.vocab_first;
-  const std::size_t Thl = static_cast<std::size_t>(d.local_tokens) * h;
-  double t0 = c.clock();
-  final_norm_.forward(c, x, ensure(normed_, Thl), norm_acts_);
+  const float* normed = norm_forward(c, x);
+  float* g = backward ? ensure(grad_normed_, static_cast<std::size_t>(d.local_tokens) * d.hidden) : nullptr;
+  const double loss = output_loss(c, normed, targets, 0, token_weight(d), g);
+  if (backward) norm_backward(c, x, g, grad);
+  return loss;
+}
+
+const float* LmHead::norm_forward(StepContext& c, const float* x) {
+  const StepDims& d = c.dims;
+  const double t0 = c.clock();
+  final_norm_.forward(c, x, ensure(normed_, static_cast<std::size_t>(d.local_tokens) * d.hidden), norm_acts_);
   c.charge(kOther, "final_layernorm", t0, c.clock());
+  return normed_.data();
+}
+
+double LmHead::output_loss(StepContext& c, const float* hidden, const std::int32_t* targets, int masked_tail,
+                           float weight, float* grad_hidden) {
+  const StepDims& d = c.dims;
+  const int T = d.tokens, h = d.hidden, V_l = d.vocab_local, v0 = d.vocab_first;
+  const auto counted = [&](int i) { return i % d.seq < d.seq - masked_tail; };
+  if (masked_tail > 0) {  // any id will do where nothing counts; its gradient row is zeroed below
+    counted_targets_.assign(targets, targets + T);
+    for (int i = 0; i < T; ++i)
+      if (!counted(i)) counted_targets_[i] = 0;
+    targets = counted_targets_.data();
+  }
   const CommMode saved = c.mode;
   c.mode = CommMode::live;
-  const float* xin = c.sp_gather(normed_.data(), normed_full_, "sp_allgather_lm_head");
+  const float* xin = c.sp_gather(hidden, normed_full_, "sp_allgather_lm_head");
   c.mode = saved;
   float* lg = ensure(logits_, static_cast<std::size_t>(T) * V_l);
   c.mm_bt(T, V_l, h, xin, c.P(weight_), lg);
-  t0 = c.clock();
+  double t0 = c.clock();
   float* r = ensure(row_stats_, 3 * static_cast<std::size_t>(T));
   float *mx = r, *se = r + T, *tg = r + 2 * T;
   c.ops.ce_max_and_target(T, V_l, v0, lg, targets, mx, tg);
@@ -51,25 +73,35 @@ double LmHead::forward(StepContext& c, const float* x, const std::int32_t* targe
   host_stats_.resize(3 * static_cast<std::size_t>(T));
   c.ops.to_host(r, host_stats_.data(), host_stats_.size());
   double loss = 0;
-  for (int i = 0; i < T; ++i)
+  int n = 0;
+  for (int i = 0; i < T; ++i) {
+    if (!counted(i)) continue;
     loss += std::log(static_cast<double>(host_stats_[T + i])) + host_stats_[i] - host_stats_[2 * T + i];
-  loss /= T;
-  if (!backward) {
+    ++n;
+  }
+  loss /= std::max(n, 1);
+  if (!grad_hidden) {
     c.charge(kOther, "cross_entropy", t0, c.clock());
     return loss;
   }
-  const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(d.global_micro_batches));
-  c.ops.ce_gradient(T, V_l, v0, targets, se, scale, lg);
+  c.ops.ce_gradient(T, V_l, v0, targets, se, weight, lg);
+  if (masked_tail > 0)  // the uncounted positions: the last masked_tail rows of each sequence
+    for (int b = 0; b < d.micro_batch; ++b)
+      c.ops.memory().zero(lg + (static_cast<std::size_t>(b) * d.seq + d.seq - masked_tail) * V_l,
+                          static_cast<std::size_t>(masked_tail) * V_l * sizeof(float));
   c.charge(kOther, "cross_entropy_bwd", t0, c.clock());
   c.mm_at_acc(V_l, h, T, lg, xin, c.G(weight_));
-  float* gxf = ensure(c.ws.hidden_grad, Thl);
-  float* gxp = c.block_output(gxf);
+  float* gxp = c.block_output(grad_hidden);
   c.mm(T, h, V_l, lg, c.P(weight_), gxp);
-  c.block_exit(gxp, gxf, "tp_allreduce_lm_head_bwd", "sp_reducescatter_lm_head_bwd");
-  t0 = c.clock();
-  final_norm_.backward(c, x, norm_acts_, gxf, ensure(grad, Thl));
-  c.charge(kOther, "final_layernorm_bwd", t0, c.clock());
+  c.block_exit(gxp, grad_hidden, "tp_allreduce_lm_head_bwd", "sp_reducescatter_lm_head_bwd");
   return loss;
+}
+
+void LmHead::norm_backward(StepContext& c, const float* x, const float* grad_normed, Tensor& grad) {
+  const StepDims& d = c.dims;
+  const double t0 = c.clock();
+  final_norm_.backward(c, x, norm_acts_, grad_normed, ensure(grad, static_cast<std::size_t>(d.local_tokens) * d.hidden));
+  c.charge(kOther, "final_layernorm_bwd", t0, c.clock());
 }
 
 }  // namespace tedsim::runtime

@@ -1,16 +1,19 @@
 #include "tedsim/runtime/layers/transformer_layer.hpp"
 
+#include <utility>
+
 namespace tedsim::runtime {
 
-TransformerLayer::TransformerLayer(const StepContext& c, int index) : index_(index) {
-  if (c.model.is_moe_layer(index)) moe_ = std::make_unique<MoeLayer>(c);
+TransformerLayer::TransformerLayer(const StepContext& c, int index, int shape_of, std::string name)
+    : index_(index), name_(std::move(name)) {
+  if (c.model.is_moe_layer(shape_of)) moe_ = std::make_unique<MoeLayer>(c);
 }
 
 void TransformerLayer::register_params(ParamRegistrar& reg, const StepContext& c, int expert_rank,
                                        const InitScales& init) {
   reg.set_unit(index_ + 1);
   const int base = 100 * (index_ + 1);
-  const std::string p = "layer" + std::to_string(index_) + ".";
+  const std::string p = name_ + ".";
   const int h = c.dims.hidden;
   norm1_.register_params(reg, c.model, p + "ln1", "ln", base + 0, h, init.norm_noise);
   if (c.dims.mla)

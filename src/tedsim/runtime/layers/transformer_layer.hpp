@@ -31,8 +31,11 @@ struct InitScales {
 
 class TransformerLayer {
  public:
-  TransformerLayer(const StepContext& c, int index);
-  // Its parameters as global tensors 100 (l + 1) + 0..12 (MLA's attention: + 50..58), in ZeRO-3 unit l + 1.
+  TransformerLayer(const StepContext& c, int index) : TransformerLayer(c, index, index, "layer" + std::to_string(index)) {}
+  // A layer of model layer `shape_of`'s kind (dense or MoE) whose parameters `index` and `name`
+  // identify: a multi-token-prediction module's (mtp.hpp), index L + 1 + its depth.
+  TransformerLayer(const StepContext& c, int index, int shape_of, std::string name);
+  // Its parameters as global tensors 100 (index + 1) + 0..20 (MLA's attention: + 50..58), in ZeRO-3 unit index + 1.
   void register_params(ParamRegistrar& reg, const StepContext& c, int expert_rank, const InitScales& init);
   void forward(StepContext& c, const float* x, LayerActs& A, float* out);
   // g: d(loss)/d(out) on entry, d(loss)/dx on exit.
@@ -40,6 +43,7 @@ class TransformerLayer {
 
  private:
   int index_;
+  std::string name_;
   NormLayer norm1_, norm2_;
   SelfAttention attention_;
   MlaAttention mla_;  // MLA models (StepDims::mla) run this instead of attention_

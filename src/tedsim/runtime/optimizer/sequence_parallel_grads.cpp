@@ -15,8 +15,9 @@ void ParamSync::sync_sequence_parallel_grads(int only_unit) {
   for (std::size_t id = 0; id < store.infos().size(); ++id) {
     const ParamInfo& p = store.info(static_cast<int>(id));
     if (!p.tp_replicated || !(c_.dims.sequence_parallel || p.tp_partial_grad)) continue;
-    // ZeRO-3 reduce-scatters a layer's gradients after each backward: they are summed there.
-    const bool per_layer = zero3_[p.expert] && p.unit >= 1 && p.unit <= c_.dims.layers;
+    // ZeRO-3 reduce-scatters a layer's (and a prediction module's) gradients after each backward:
+    // they are summed there; the embedding's and the head's units at the step's end.
+    const bool per_layer = zero3_[p.expert] && p.unit != 0 && p.unit != c_.dims.layers + 1;
     if (only_unit >= 0 ? p.unit != only_unit || !per_layer : per_layer) continue;
     replicated.push_back(static_cast<int>(id));
     total += p.numel;

@@ -19,6 +19,7 @@ MicroBatch& Stage::in_flight(std::int64_t it, int mb) {
 std::array<double, 3> Stage::run_pipeline(std::int64_t it, bool backward) {
   const StepDims& d = c_.dims;
   std::array<double, 3> sums{0, 0, 0};
+  double mtp_sum = 0;  // multi-token prediction's weighted loss (last stage)
   c_.routing_sig = 0;
   const int P = stages_, virtual_stages = P * chunks_;
   const std::size_t Th = static_cast<std::size_t>(d.local_tokens) * d.hidden;  // this rank's rows
@@ -39,7 +40,9 @@ std::array<double, 3> Stage::run_pipeline(std::int64_t it, bool backward) {
       links_.send((vstage + 1) % P, mb.inputs[end].data(), Th, true);
     } else {
       // The loss, and with it the gradient the backward of this chunk starts from.
-      sums[1] += head(mb, backward) / d.global_micro_batches;
+      const auto [ce, mtp] = head(mb, backward);
+      sums[1] += ce / d.global_micro_batches;
+      mtp_sum += mtp / d.global_micro_batches;
     }
     mb.aux = c_.aux_sum;
     if (!backward && chunk_index == chunks_ - 1) {
@@ -79,7 +82,7 @@ std::array<double, 3> Stage::run_pipeline(std::int64_t it, bool backward) {
       for (int v = 0; v < chunks_; ++v) run_forward(m, v);
   }
   links_.finish();
-  sums[0] = sums[1] + c_.opt.aux_loss_coef * sums[2];
+  sums[0] = sums[1] + c_.opt.aux_loss_coef * sums[2] + mtp_sum;
   return sums;
 }
 

@@ -17,6 +17,19 @@ Stage::Stage(StepContext& c, ParamSync& sync, const TokenSource& data, int stage
   // With tied embeddings and P > 1 the last stage holds a copy of the embedding, initialized
   // alike and kept equal (Trainer: the tied-embedding sync).
   if (last()) head_.register_params(reg, c, first() ? embedding_.table() : -1, init.stdv, init.norm_noise);
+  if (last() && c.model.mtp_layers > 0) {
+    if (first())
+      mtp_embedding_.share(embedding_.table());
+    else if (c.model.tie_embeddings)
+      mtp_embedding_.share(head_.weight());
+    else
+      mtp_embedding_.register_copy(reg, c, init.stdv);
+    for (int k = 0; k < c.model.mtp_layers; ++k) {
+      mtp_.push_back(std::make_unique<MtpModule>(c, k));
+      mtp_.back()->register_params(reg, c, expert_rank, init);
+    }
+    mtp_acts_.resize(mtp_.size());
+  }
   layers_.resize(L);
   for (int l = 0; l < L; ++l) {
     if (!holds_layer(l)) continue;
@@ -51,9 +64,51 @@ void Stage::embed(MicroBatch& mb) {
                      ensure(mb.inputs[0], static_cast<std::size_t>(c_.dims.local_tokens) * c_.dims.hidden));
 }
 
-double Stage::head(MicroBatch& mb, bool backward) {
-  sync_.gather_unit(c_.dims.layers + 1);
-  return head_.forward(c_, mb.inputs[c_.dims.layers].data(), mb.targets.data(), backward, mb.grad);
+int Stage::embedding_copy() const {
+  if (!last() || first()) return -1;
+  if (c_.model.tie_embeddings) return head_.weight();
+  return mtp_.empty() ? -1 : mtp_embedding_.table();
+}
+
+std::array<double, 2> Stage::head(MicroBatch& mb, bool backward) {
+  const StepDims& d = c_.dims;
+  sync_.gather_unit(d.layers + 1);
+  const float* x = mb.inputs[d.layers].data();
+  if (mtp_.empty()) return {head_.forward(c_, x, mb.targets.data(), backward, mb.grad), 0.0};
+  // The main loss, then each prediction module's on the previous one's output; each module's
+  // loss weighs mtp_loss_scale / D (Megatron-Core's mtp_loss_scaling_factor / mtp_num_layers)
+  // over the tokens whose target exists.
+  const std::size_t Thl = static_cast<std::size_t>(d.local_tokens) * d.hidden;
+  const int D = static_cast<int>(mtp_.size());
+  const double scale = c_.opt.mtp_loss_scale / D;
+  const float* normed = head_.norm_forward(c_, x);
+  float* g_main = backward ? ensure(grad_normed_, Thl) : nullptr;
+  const double ce = head_.output_loss(c_, normed, mb.targets.data(), 0, LmHead::token_weight(d), g_main);
+  double mtp = 0;
+  for (int k = 0; k < D; ++k) {
+    MtpActs& A = mtp_acts_[static_cast<std::size_t>(k)];
+    sync_.gather_unit(mtp_[static_cast<std::size_t>(k)]->unit());
+    mtp_[static_cast<std::size_t>(k)]->shift(d, mb.tokens.data(), mb.targets.data(), A);
+    mtp_[static_cast<std::size_t>(k)]->forward(c_, mtp_embedding_, k == 0 ? normed : mtp_acts_[k - 1].out.data(), A,
+                                               backward);
+    const int tail = mtp_[static_cast<std::size_t>(k)]->masked_tail();
+    const float weight = static_cast<float>(scale / (double(d.micro_batch) * (d.seq - tail) * d.global_micro_batches));
+    mtp += scale * head_.output_loss(c_, A.out.data(), A.targets.data(), tail, weight,
+                                     backward ? ensure(A.grad_out, Thl) : nullptr);
+  }
+  if (backward) {
+    for (int k = D - 1; k >= 0; --k) {
+      MtpActs& A = mtp_acts_[static_cast<std::size_t>(k)];
+      if (k + 1 < D) c_.add_into(Thl, mtp_acts_[k + 1].grad_in.data(), A.grad_out.data());
+      sync_.gather_unit(mtp_[static_cast<std::size_t>(k)]->unit());
+      mtp_[static_cast<std::size_t>(k)]->backward(c_, mtp_embedding_, k == 0 ? normed : mtp_acts_[k - 1].out.data(), A,
+                                                  A.grad_out.data(), ensure(A.grad_in, Thl));
+      sync_.reduce_unit_grads(mtp_[static_cast<std::size_t>(k)]->unit());
+    }
+    c_.add_into(Thl, mtp_acts_[0].grad_in.data(), g_main);
+    head_.norm_backward(c_, x, g_main, mb.grad);
+  }
+  return {ce, mtp};
 }
 
 void Stage::embed_backward(MicroBatch& mb) { embedding_.backward(c_, mb.tokens.data(), mb.grad.data()); }
@@ -109,13 +164,13 @@ std::array<double, 3> Stage::run_one_stage(std::int64_t it, bool backward) {
     c_.aux_sum = 0;
     embed(mb);
     chunk_forward(whole, mb, backward);
+    const auto [ce, mtp] = head(mb, backward);
     const double aux = c_.aux_sum;  // the recompute adds its layers' aux loss again: not the loss's
-    const double ce = head(mb, backward);
     if (backward) {
       chunk_backward(whole, mb);
       embed_backward(mb);
     }
-    sums[0] += (ce + c_.opt.aux_loss_coef * aux) / d.global_micro_batches;
+    sums[0] += (ce + c_.opt.aux_loss_coef * aux + mtp) / d.global_micro_batches;
     sums[1] += ce / d.global_micro_batches;
     sums[2] += aux / d.global_micro_batches;
   }

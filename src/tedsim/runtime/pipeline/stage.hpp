@@ -12,6 +12,7 @@
 #include "tedsim/runtime/data.hpp"
 #include "tedsim/runtime/layers/embedding.hpp"
 #include "tedsim/runtime/layers/lm_head.hpp"
+#include "tedsim/runtime/layers/mtp.hpp"
 #include "tedsim/runtime/optimizer/param_sync.hpp"
 #include "tedsim/runtime/pipeline/micro_batch.hpp"
 #include "tedsim/runtime/pipeline/p2p.hpp"
@@ -30,6 +31,9 @@ class Stage {
   // The embedding table (first stage) and the LM head's weight (last stage); -1 where not held.
   int embedding_table() const { return first() ? embedding_.table() : -1; }
   int head_weight() const { return last() ? head_.weight() : -1; }
+  // A last stage's copy of the embedding (P > 1: the tied LM head, or multi-token prediction's
+  // lookup table), kept equal to the first stage's by the Trainer; -1 where there is none.
+  int embedding_copy() const;
 
   // Every pass of this stage's micro-batches of iteration `it` (forward only without `backward`).
   // Returns the sums over them of (loss, cross-entropy, aux loss) / global micro-batches; a stage
@@ -40,7 +44,9 @@ class Stage {
   bool holds_layer(int l) const;
   void load(MicroBatch& mb, std::int64_t it, int j) const;
   void embed(MicroBatch& mb);
-  double head(MicroBatch& mb, bool backward);
+  // The loss of a micro-batch on the last stage, with the gradient the backward starts from:
+  // returns {the mean cross-entropy, the multi-token-prediction loss as weighted into the loss}.
+  std::array<double, 2> head(MicroBatch& mb, bool backward);
   void embed_backward(MicroBatch& mb);
   // The layers of `chunk`, forward (recording CAC's stash where a recompute will follow) and
   // backward (recomputing each layer first under full recompute).
@@ -57,6 +63,12 @@ class Stage {
   StageMap map_;
   Embedding embedding_;
   LmHead head_;
+  // Multi-token prediction on the last stage (mtp.hpp): the modules, their lookup table, their
+  // activations (a micro-batch's forward and backward run back to back inside head()).
+  std::vector<std::unique_ptr<MtpModule>> mtp_;
+  Embedding mtp_embedding_;
+  std::vector<MtpActs> mtp_acts_;
+  Tensor grad_normed_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;  // by global layer index; null where not held
   StageLinks links_;
   std::unique_ptr<MicroBatch> current_;              // a one-stage step's micro-batch, reused
