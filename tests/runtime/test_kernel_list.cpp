@@ -86,7 +86,9 @@ const std::map<std::string, Check>& priced_as() {
       // The step's strided copies: expert-major regrouping around the experts, DTD's slices.
       // MLA's per-head layouts (its q, k, v are not one projection's split).
       {"copy_rows",
-       [](const Priced& p) { return p.has("expert_major_layout") || p.has("dtd_slice") || p.has("attn_split_heads"); }},
+       [](const Priced& p) {
+         return p.has("expert_major_layout") || p.has("dtd_slice") || p.has("attn_split_heads") || p.has("mtp_concat");
+       }},
       {"embedding_forward", named("embedding_lookup")},
       {"embedding_backward", named("embedding_bwd")},
       {"ce_max_and_target", named("cross_entropy")},
@@ -155,8 +157,11 @@ TEST(KernelList, OneRankStepsRunOnlyPricedKernels) {
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(1, 1, 1, 1, false));
   // RMSNorm, grouped-query attention with RoPE, SwiGLU experts.
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-qwen-moe")), config(1, 1, 1, 1, false));
-  // Multi-head latent attention.
-  expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-deepseek-moe")), config(1, 1, 1, 1, false));
+  // Multi-head latent attention, a multi-token-prediction module; and two of them.
+  ModelSpec deepseek = load_model(resolve_data_file("models", "cpu-deepseek-moe"));
+  expect_every_kernel_priced(deepseek, config(1, 1, 1, 1, false));
+  deepseek.mtp_layers = 2;
+  expect_every_kernel_priced(deepseek, config(1, 1, 1, 1, false));
 }
 
 TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
@@ -170,7 +175,10 @@ TEST(KernelList, TwoRankStepsRunOnlyPricedKernels) {
   expect_every_kernel_priced(tiny, sp);  // sequence parallelism: norms on token shards, the router's statistics
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-moe-fine")), config(2, 1, 2, 1, false));  // dropless
   expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-qwen-moe")), config(2, 2, 1, 1, false));  // RoPE on split heads
-  expect_every_kernel_priced(load_model(resolve_data_file("models", "cpu-deepseek-moe")), config(2, 2, 1, 1, false));  // MLA over t
+  // MLA and multi-token prediction's eh_proj over t; the module on the last stage with its embedding copy.
+  const ModelSpec deepseek = load_model(resolve_data_file("models", "cpu-deepseek-moe"));
+  expect_every_kernel_priced(deepseek, config(2, 2, 1, 1, false));
+  expect_every_kernel_priced(deepseek, config(2, 1, 1, 2, false));
 }
 
 }  // namespace

@@ -111,6 +111,22 @@ TEST(ArrivalSkew, TheOneStageShortcutMatchesTheFullTimeline) {
   }
 }
 
+TEST(ArrivalSkew, MultiTokenPredictionModulesWaitAtTheirCollectivesToo) {
+  // The modules' entry blocks are part of the timeline's walk: their tensor-group gathers wait.
+  const ModelSpec m = test::model("cpu-deepseek-moe");
+  ASSERT_GT(m.mtp_layers, 0);
+  ModelSpec without = m;
+  without.mtp_layers = 0;
+  const TopologySpec topo = test::topology("local-cpu");
+  const SkewedProfile skewed(topo, kFraction);
+  const ParallelConfig c = two_ranks(2, 1);
+  const Prediction with_mtp = Evaluator(m, topo, skewed).evaluate(c);
+  const Prediction plain = Evaluator(without, topo, skewed).evaluate(c);
+  EXPECT_GT(with_mtp.sim.exposed[int(Phase::tp_allreduce)] + with_mtp.sim.exposed[int(Phase::tp_allgather)],
+            plain.sim.exposed[int(Phase::tp_allreduce)] + plain.sim.exposed[int(Phase::tp_allgather)]);
+  EXPECT_GT(with_mtp.sim.iteration_s, plain.sim.iteration_s);
+}
+
 TEST(MeanRank, DroplessRanksOfMeanLoadWaitInTheAllToAllForTheBusiest) {
   // The prediction times the busiest rank; a rank of mean load computes its experts in
   // 1/load_factor of that and waits the rest in the combining all-to-all. The per-rank mean that

@@ -9,6 +9,7 @@
 #include "tedsim/core/error.hpp"
 #include "tedsim/model/memory.hpp"
 #include "tedsim/sim/simulator.hpp"
+#include "tedsim/sim/trace.hpp"
 
 namespace tedsim {
 namespace {
@@ -62,6 +63,35 @@ TEST(Mtp, OneModuleAddsItsBlocksToTheLastStage) {
                               w.head_forward.flops + w.head_backward.flops;
   EXPECT_NEAR(w.flops_per_microbatch - plain.flops_per_microbatch, module_flops, 1e-6 * module_flops);
   EXPECT_NEAR(w.model_flops_per_microbatch - plain.model_flops_per_microbatch, module_flops, 1e-6 * module_flops);
+}
+
+// A traced micro-batch draws every op its passes are timed with, the modules' among them.
+TEST(Mtp, TheTraceDrawsTheModules) {
+  test::Bench bench(test::model("tiny-moe"), "dgx-h100");
+  bench.m.mtp_layers = 2;
+  ParallelConfig c = test::config(1, 1, 1, 1, 2);
+  c.recompute = Recompute::none;
+  const Workload w = bench.workload(c);
+  TraceRecorder trace;
+  simulate_iteration(bench.m, c, w, &trace);
+  int eh_proj = 0, lm_head = 0;
+  double drawn = 0;
+  for (const TraceEvent& e : trace.events()) {
+    if (e.stream != Stream::compute) continue;
+    if (std::strcmp(e.name.c_str(), "mtp_eh_proj") == 0) ++eh_proj;
+    if (std::strcmp(e.name.c_str(), "lm_head") == 0) ++lm_head;
+    if (e.phase != Phase::optimizer && e.phase != Phase::pp_bubble && e.phase != Phase::pp_p2p) drawn += e.duration_s;
+  }
+  const int microbatches = w.shape.ga;
+  EXPECT_EQ(eh_proj, 2 * 3 * microbatches);  // forward, and backward (data and weight gradients)
+  EXPECT_EQ(lm_head, 3 * microbatches);      // the main head and each module's
+  const LayerBlocks& last = w.layer_blocks(bench.m, bench.m.layers - 1);
+  double layers = 0;
+  for (int l = 0; l < bench.m.layers; ++l) layers += pass(w.layer_blocks(bench.m, l));
+  const double per_microbatch = w.embedding_forward.seconds + w.embedding_backward.seconds + layers +
+                                3 * (w.head_forward.seconds + w.head_backward.seconds) +
+                                2 * (w.mtp_forward.seconds + w.mtp_backward.seconds + pass(last));
+  EXPECT_GE(drawn, microbatches * per_microbatch * (1 - 1e-9));
 }
 
 // The last stage holds the modules' weights (eh_proj, three norms and a layer each) and, per

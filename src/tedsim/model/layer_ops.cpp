@@ -462,17 +462,40 @@ void head_backward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, cons
   x.kernel("final_layernorm_bwd", KernelKind::layernorm, 4.0 * double(d.T_local) * h * B, Phase::other);
 }
 
+void mtp_projection_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s) {
+  // Column-parallel: under SP its [T, 2h] input is gathered first.
+  if (d.sp) x.collective("sp_allgather_mtp", CollectiveOp::all_gather, GroupKind::tensor, 2.0 * d.T * d.h * d.B, Phase::tp_allgather);
+  x.gemm("mtp_eh_proj", d.T, d.h / s.t, 2 * d.h);
+}
+
 void mtp_entry_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s) {
   const double h = double(d.h), B = d.B, T_local = double(d.T_local);
   embedding_forward(x, d);
   x.kernel("mtp_enorm", KernelKind::layernorm, 2.0 * T_local * h * B);
   x.kernel("mtp_hnorm", KernelKind::layernorm, 2.0 * T_local * h * B);
   x.kernel("mtp_concat", KernelKind::elementwise, 4.0 * T_local * h * B);
-  // eh_proj is column-parallel: with SP its input is gathered first; its output's slices are
-  // gathered back to whole hidden states for the layer.
-  tp_block_entry(x, d, "sp_allgather_mtp");
-  x.gemm("mtp_eh_proj", d.T, d.h / s.t, 2 * d.h);
-  x.collective("tp_allgather_mtp", CollectiveOp::all_gather, GroupKind::tensor, double(d.T) * h * B, Phase::tp_allgather);
+  mtp_projection_forward(x, d, s);
+  // The output's column slices gathered back to whole hidden states for the layer.
+  if (s.t > 1) {
+    x.collective("tp_allgather_mtp", CollectiveOp::all_gather, GroupKind::tensor, double(d.T) * h * B, Phase::tp_allgather);
+    x.kernel("mtp_gather_layout", KernelKind::elementwise, 2.0 * double(d.T) * h * B);
+  }
+}
+
+void mtp_entry_backward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const Block& projection_backward) {
+  const double h = double(d.h), B = d.B, T = double(d.T), T_local = double(d.T_local);
+  // SP: the scatter to this rank's rows, backward, gathers the gradient's rows; the gather of
+  // the column slices, backward, keeps this rank's slice (a strided copy).
+  if (d.sp) x.collective("sp_allgather_mtp_bwd", CollectiveOp::all_gather, GroupKind::tensor, T * h * B, Phase::tp_allgather);
+  if (s.t > 1) x.kernel("mtp_gather_layout", KernelKind::elementwise, 2.0 * T * h * B / s.t);
+  for (int i = 0; i < projection_backward.count; ++i) x.add(projection_backward.ops[i]);
+  // Without SP the column-parallel input's gradient is summed over the tensor group.
+  if (!d.sp && s.t > 1)
+    x.collective("tp_allreduce_mtp_bwd", CollectiveOp::all_reduce, GroupKind::tensor, 2.0 * T * h * B, Phase::tp_allreduce);
+  x.kernel("mtp_concat", KernelKind::elementwise, 4.0 * T_local * h * B);
+  x.kernel("mtp_hnorm", KernelKind::layernorm, 4.0 * T_local * h * B);
+  x.kernel("mtp_enorm", KernelKind::layernorm, 4.0 * T_local * h * B);
+  embedding_backward(x, d);
 }
 
 void embedding_backward(BlockBuilder& x, const LayerDims& d) {

@@ -95,6 +95,8 @@ class BlockBuilder {
   // An expert all-to-all of the alltoall dispatcher's `pair_bytes`, sent by the given dispatcher
   // (flex: deduplicated per GPU and node, flex_dispatch.hpp); its index, or -1.
   int expert_all_to_all_at(const char* name, MoeDispatcher dispatcher, const MoeSpec& moe, double pair_bytes);
+  // An op already priced (a mirrored backward's), as it is.
+  void add(const Op& op) { block_.add(op); }
   int size() const { return block_.count; }
   std::string profile_description() const { return profile_.describe(); }
   double seconds_since(int first_op) const;  // the ops added from index first_op on
@@ -144,5 +146,11 @@ void embedding_backward(BlockBuilder& x, const LayerDims& d);
 // transformer layer): the next tokens' embedding, the norms of it and of the hidden state, their
 // concatenation projected back to h by eh_proj.
 void mtp_entry_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s);
+// eh_proj alone (its SP input gather and GEMM), whose mirror gives the entry's backward GEMMs.
+void mtp_projection_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s);
+// The entry's backward as the step runs it: the gradient's rows and column slice, eh_proj's
+// gradients (`projection_backward`, mirrored), the input gradient's sum over the tensor group,
+// the norms' and the embedding's backward.
+void mtp_entry_backward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const Block& projection_backward);
 
 }  // namespace tedsim

@@ -117,7 +117,8 @@ const char* sp_backward_name(const char* forward) {
                                          {"sp_allgather_expert", "sp_reducescatter_expert_bwd"},
                                          {"sp_reducescatter_expert", "sp_allgather_expert_bwd"},
                                          {"sp_allgather_shared", "sp_reducescatter_shared_bwd"},
-                                         {"sp_reducescatter_shared", "sp_allgather_shared_bwd"}};
+                                         {"sp_reducescatter_shared", "sp_allgather_shared_bwd"},
+                                         {"sp_allgather_mtp", "sp_reducescatter_mtp_bwd"}};
   for (const auto& p : pairs)
     if (std::strcmp(forward, p[0]) == 0) return p[1];
   return forward;
@@ -396,7 +397,15 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   if (m.mtp_layers > 0) {
     BlockBuilder mf(w.mtp_forward, profile, spans, s.dtype);
     mtp_entry_forward(mf, d, s);
-    mirror_backward(w.mtp_forward, w.mtp_backward, profile, spans);
+    // Backward: eh_proj's own pair of gradients (mirrored from its input gather and GEMM alone),
+    // between the collectives and kernels of the entry's other parts (layer_ops.hpp).
+    Block projection;
+    BlockBuilder pf(projection, profile, spans, s.dtype);
+    mtp_projection_forward(pf, d, s);
+    Block projection_backward;
+    mirror_backward(projection, projection_backward, profile, spans);
+    BlockBuilder mb(w.mtp_backward, profile, spans, s.dtype);
+    mtp_entry_backward(mb, d, s, projection_backward);
     for (Block* b : {&w.mtp_forward, &w.mtp_backward}) add_host_launch_wait(*b, profile.host_op_seconds(), c.cuda_graph_scopes);
     // eh_proj (split over the tensor group) and the module's three norms; the embedding and the
     // output layer are the model's own.

@@ -37,6 +37,8 @@ const std::vector<std::string>& step_slice_names() {
       "sp_reducescatter_expert_bwd", "sp_reducescatter_embedding", "sp_allgather_embedding_bwd",
       "sp_allgather_lm_head", "sp_reducescatter_lm_head_bwd", "sp_regather_for_wgrad", "sp_allreduce_router_stats",
       "sp_allreduce_replicated_grads",
+      // Multi-token prediction's eh_proj (layers/mtp.hpp).
+      "sp_allgather_mtp", "tp_allgather_mtp", "sp_allgather_mtp_bwd", "sp_reducescatter_mtp_bwd", "tp_allreduce_mtp_bwd",
       "zero3_param_allgather", "zero3_grad_reducescatter",
       "ep_alltoall_dispatch", "ep_alltoall_combine", "dtd_allgather_dispatch", "dtd_allgather_combine",
       "embedding_lookup", "final_layernorm", "cross_entropy", "cross_entropy_bwd", "final_layernorm_bwd", "embedding_bwd",

@@ -29,7 +29,9 @@ ArrivalSkew::ArrivalSkew(const ParallelConfig& c, const Workload& w) : w_(w) {
     }
   for (const LayerBlocks* l : {&w.dense, &w.moe, &w.dense_window, &w.moe_window})
     for (const Block* b : {&l->forward, &l->recompute, &l->backward}) add_skeleton(*b);
-  for (const Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward}) add_skeleton(*b);
+  for (const Block* b : {&w.embedding_forward, &w.embedding_backward, &w.head_forward, &w.head_backward, &w.mtp_forward,
+                         &w.mtp_backward})
+    add_skeleton(*b);
 }
 
 const ArrivalSkew::Skeleton& ArrivalSkew::skeleton(const Block& block) const {

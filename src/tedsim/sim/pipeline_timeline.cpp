@@ -548,7 +548,21 @@ class PipelineTimeline {
       for (int layer = c.first_layer; layer < c.first_layer + c.layers; ++layer)
         trace_block(p, w_.layer_blocks(m_, layer).forward, layer_where("forward", layer), now);
       if (c.head) trace_block(p, w_.head_forward, pass + " head", now);
+      for (int k = 0; k < c.mtp_layers; ++k) {  // in stage_work's order
+        const std::string module = pass + " multi-token prediction " + std::to_string(k);
+        trace_block(p, w_.mtp_forward, module, now);
+        trace_block(p, w_.layer_blocks(m_, m_.layers - 1).forward, module + " layer", now);
+        trace_block(p, w_.head_forward, module + " head", now);
+      }
       return;
+    }
+    for (int k = c.mtp_layers - 1; k >= 0; --k) {
+      const std::string module = pass + " multi-token prediction " + std::to_string(k);
+      const LayerBlocks& last = w_.layer_blocks(m_, m_.layers - 1);
+      trace_block(p, w_.head_backward, module + " head", now);
+      trace_block(p, last.recompute, module + " recompute layer", now);
+      trace_block(p, last.backward, module + " backward layer", now);
+      trace_block(p, w_.mtp_backward, module, now);
     }
     if (c.head) trace_block(p, w_.head_backward, pass + " head", now);
     for (int layer = c.first_layer + c.layers - 1; layer >= c.first_layer; --layer) {
