@@ -100,7 +100,7 @@ double host_memory_per_rank(int world_size) {
 // empty if none.
 std::string model_the_step_cannot_run(const ModelSpec& m, const ParallelConfig& c, Backend backend) {
   if (m.mtp_layers > 0 && m.mtp_layers >= (c.seq_len > 0 ? c.seq_len : m.seq_len) - 1)
-    return "multi-token prediction with mtp_layers >= seq - 1 (no position would have a target)";
+    return "multi-token prediction deeper than its sequences (mtp_layers >= seq - 1)";
   if (m.linear_bias || m.qkv_bias) return "linear-layer biases";
   if (m.qk_norm == QkNorm::projection) return "OLMoE's norm of the whole query and key projections (Qwen3's per head runs)";
   if (m.sliding_window > 0) return "sliding-window attention";
