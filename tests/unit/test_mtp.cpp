@@ -114,5 +114,28 @@ TEST(Mtp, TheLastStageHoldsTheModulesWeights) {
   EXPECT_GT(with[1].activations, plain[1].activations);
 }
 
+// Untied, a pipeline's last stage keeps its own copy of the embedding for the modules' lookups,
+// whose gradient it sums with the first stage's (as tied embeddings do).
+TEST(Mtp, AnUntiedPipelineKeepsAnEmbeddingCopyOnItsLastStage) {
+  test::Bench bench(test::model("cpu-deepseek-moe"), "local-cpu");
+  ASSERT_FALSE(bench.m.tie_embeddings);
+  ASSERT_GT(bench.m.mtp_layers, 0);
+  ParallelConfig c = test::config(2, 1, 1, 1, 8);
+  c.pp = 2;
+  const Workload with = bench.workload(c);
+  ModelSpec plain_model = bench.m;
+  plain_model.mtp_layers = 0;
+  const Workload plain = build_workload(plain_model, c, bench.profile, bench.evaluator.spans_for(c));
+  EXPECT_GT(with.tied_embedding_sync_seconds, 0);
+  EXPECT_EQ(plain.tied_embedding_sync_seconds, 0);
+  EXPECT_DOUBLE_EQ(with.head_grad_elems - plain.head_grad_elems, double(bench.m.vocab) * bench.m.hidden);
+  // One stage: the modules look up the embedding itself.
+  const ParallelConfig one = test::config(1, 1, 1, 1, 8);
+  ModelSpec one_plain = bench.m;
+  one_plain.mtp_layers = 0;
+  EXPECT_DOUBLE_EQ(bench.workload(one).head_grad_elems,
+                   build_workload(one_plain, one, bench.profile, bench.evaluator.spans_for(one)).head_grad_elems);
+}
+
 }  // namespace
 }  // namespace tedsim

@@ -353,7 +353,11 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   w.embedding_grad_elems = embedding_rank;
   // The last stage holds the final norm and the LM head: its own weights when untied; when tied,
   // a one-stage run shares the embedding, a pipeline keeps a copy on its last stage (Megatron).
-  w.head_grad_elems = m.norm_params() / t + ((!m.tie_embeddings || s.p > 1) ? embedding_rank : 0.0);
+  // Multi-token prediction looks the next tokens up there too: an untied pipeline keeps a copy of
+  // the embedding on its last stage for them.
+  const bool embedding_copy = s.p > 1 && (m.tie_embeddings || m.mtp_layers > 0);
+  w.head_grad_elems = m.norm_params() / t + ((!m.tie_embeddings || s.p > 1) ? embedding_rank : 0.0) +
+                      (embedding_copy && !m.tie_embeddings ? embedding_rank : 0.0);
   w.nonexpert_params_rank = m.nonexpert_params() / t;
   w.expert_params_rank = m.expert_params() / expert_split;
 
@@ -414,7 +418,7 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   if (s.p > 1) {
     w.p2p_bytes = double(d.T_local) * d.h * d.B;
     w.p2p_seconds = profile.p2p_seconds(spans.p2p, w.p2p_bytes);
-    if (m.tie_embeddings) {
+    if (embedding_copy) {  // the copy's gradient summed with the first stage's
       GroupSpan ends = spans.p2p;  // first and last stage: placed at least as far apart as neighbours
       w.tied_embedding_sync_seconds = profile.collective_seconds(CollectiveOp::all_reduce, ends, embedding_rank * w.grad_bytes);
     }
