@@ -126,9 +126,10 @@ TEST_F(GpuStep, GradientsOfEveryKindMatchCpu) {
 // Today's routers on the device (cuda/router.cu): dropless softmax-top-k with a shared expert,
 // RMSNorm and RoPE; DeepSeek-V3's group-limited sigmoid, dropless; Mixtral's top-k-softmax with a
 // capacity and head_dim apart from hidden / heads, Qwen3's q/k norms; DeepSeek's multi-head latent
-// attention (value heads apart from the query/key heads), with and without the query latent.
+// attention (value heads apart from the query/key heads), with and without the query latent;
+// DeepSeek-V3's multi-token prediction (the masked loss's zeroed rows, eh_proj, the embedding reused).
 TEST_F(GpuStep, TodaysRoutersGradientsMatchCpu) {
-  for (TodaysMoe kind : {kDroplessShared, kSigmoidGroups, kTopkSoftmax, kMla, kMlaDirectQ}) {
+  for (TodaysMoe kind : {kDroplessShared, kSigmoidGroups, kTopkSoftmax, kMla, kMlaDirectQ, kMtp}) {
     const ModelSpec m = small_todays_moe(kind);
     expect_close_by_kind(gradients(runtime_world(), m, one_rank(false)), gradients(*gpu_world_, m, one_rank(false)),
                          kBf16Tolerance, "today's model " + std::to_string(int(kind)));
