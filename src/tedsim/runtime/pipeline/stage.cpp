@@ -79,31 +79,32 @@ std::array<double, 2> Stage::head(MicroBatch& mb, bool backward) {
   // loss weighs mtp_loss_scale / D (Megatron-Core's mtp_loss_scaling_factor / mtp_num_layers)
   // over the tokens whose target exists.
   const std::size_t Thl = static_cast<std::size_t>(d.local_tokens) * d.hidden;
-  const int D = static_cast<int>(mtp_.size());
-  const double scale = c_.opt.mtp_loss_scale / D;
+  const std::size_t D = mtp_.size();
+  const double scale = c_.opt.mtp_loss_scale / double(D);
   const float* normed = head_.norm_forward(c_, x);
+  const auto input_of = [&](std::size_t k) { return k == 0 ? normed : mtp_acts_[k - 1].out.data(); };
   float* g_main = backward ? ensure(grad_normed_, Thl) : nullptr;
   const double ce = head_.output_loss(c_, normed, mb.targets.data(), 0, LmHead::token_weight(d), g_main);
   double mtp = 0;
-  for (int k = 0; k < D; ++k) {
-    MtpActs& A = mtp_acts_[static_cast<std::size_t>(k)];
-    sync_.gather_unit(mtp_[static_cast<std::size_t>(k)]->unit());
-    mtp_[static_cast<std::size_t>(k)]->shift(d, mb.tokens.data(), mb.targets.data(), A);
-    mtp_[static_cast<std::size_t>(k)]->forward(c_, mtp_embedding_, k == 0 ? normed : mtp_acts_[k - 1].out.data(), A,
-                                               backward);
-    const int tail = mtp_[static_cast<std::size_t>(k)]->masked_tail();
+  for (std::size_t k = 0; k < D; ++k) {
+    MtpModule& module = *mtp_[k];
+    MtpActs& A = mtp_acts_[k];
+    sync_.gather_unit(module.unit());
+    module.shift(d, mb.tokens.data(), mb.targets.data(), A);
+    module.forward(c_, mtp_embedding_, input_of(k), A, backward);
+    const int tail = module.masked_tail();
     const float weight = static_cast<float>(scale / (double(d.micro_batch) * (d.seq - tail) * d.global_micro_batches));
     mtp += scale * head_.output_loss(c_, A.out.data(), A.targets.data(), tail, weight,
                                      backward ? ensure(A.grad_out, Thl) : nullptr);
   }
   if (backward) {
-    for (int k = D - 1; k >= 0; --k) {
-      MtpActs& A = mtp_acts_[static_cast<std::size_t>(k)];
-      if (k + 1 < D) c_.add_into(Thl, mtp_acts_[k + 1].grad_in.data(), A.grad_out.data());
-      sync_.gather_unit(mtp_[static_cast<std::size_t>(k)]->unit());
-      mtp_[static_cast<std::size_t>(k)]->backward(c_, mtp_embedding_, k == 0 ? normed : mtp_acts_[k - 1].out.data(), A,
-                                                  A.grad_out.data(), ensure(A.grad_in, Thl));
-      sync_.reduce_unit_grads(mtp_[static_cast<std::size_t>(k)]->unit());
+    for (std::size_t k = D; k-- > 0;) {
+      MtpModule& module = *mtp_[k];
+      MtpActs& A = mtp_acts_[k];
+      if (k + 1 < D) c_.add_into(Thl, mtp_acts_[k + 1].grad_in.data(), A.grad_out.data());  // the next module's input
+      sync_.gather_unit(module.unit());
+      module.backward(c_, mtp_embedding_, input_of(k), A, A.grad_out.data(), ensure(A.grad_in, Thl));
+      sync_.reduce_unit_grads(module.unit());
     }
     c_.add_into(Thl, mtp_acts_[0].grad_in.data(), g_main);
     head_.norm_backward(c_, x, g_main, mb.grad);
