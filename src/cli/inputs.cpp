@@ -490,6 +490,11 @@ void print_startup_table(std::ostream& out, const Inputs& in, const InputOptions
   table.add_row({"  experts", m.is_moe() ? moe_text(m) : std::string("none (dense)")});
   table.add_row({"  parameters", count_text(m.total_params()) + " (" + count_text(m.nonexpert_params()) +
                                      " non-expert, " + count_text(m.expert_params()) + " expert)"});
+  if (m.mtp_layers > 0)
+    table.add_row({"  multi-token", std::to_string(m.mtp_layers) + (m.mtp_layers == 1 ? " module" : " modules") +
+                                        " on the last stage, a layer of the last layer's kind each (" +
+                                        count_text(m.mtp_nonexpert_params() + m.mtp_expert_params()) +
+                                        " beside the parameters above)"});
   table.add_row({"topology", t.name + " (" + in.topology_file + ")"});
   table.add_row({"  device", t.device.name + ", " + fixed(t.device.memory_gib, 1) + " GiB, " +
                                  fixed(t.device.peak_tflops_of(m.dtype), 1) + " TFLOP/s " + to_string(m.dtype) + ", " +

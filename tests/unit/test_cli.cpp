@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tedsim/report/text_table.hpp"
 #include "tedsim/spec/data_files.hpp"
+#include "tedsim/spec/model_spec.hpp"
 #include "tedsim/spec/topology_spec.hpp"
 
 namespace {
@@ -284,6 +286,19 @@ TEST(Cli, AnalyticPredictionsCarryTheirMachinesPublishedError) {
   const CommandRun plain = run_tedsim("simulate --model tiny-moe --topology local-cpu --gpus 2 --tp 1 --ep 2 --global-batch 8 --json -");
   ASSERT_EQ(plain.code, 0);
   EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("iteration_time_s_range"));
+}
+
+TEST(Cli, StartupTableShowsTheMultiTokenPredictionModules) {
+  const ModelSpec m = load_model(resolve_data_file("models", "deepseek-v3"));
+  ASSERT_EQ(m.mtp_layers, 1);
+  const CommandRun r = run_tedsim("simulate --model deepseek-v3 --topology dgx-h100 --gpus 256 --tp 1 --ep 8 --pp 8");
+  ASSERT_EQ(r.code, 0);
+  const std::string params = fixed((m.mtp_nonexpert_params() + m.mtp_expert_params()) / 1e9, 2) + " B";
+  EXPECT_NE(r.out.find("1 module on the last stage"), std::string::npos) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find(params + " beside the parameters above"), std::string::npos) << params;
+  const CommandRun plain = run_tedsim("simulate --model qwen3-30b-a3b --topology dgx-h100 --gpus 16 --tp 1 --ep 8");
+  ASSERT_EQ(plain.code, 0);
+  EXPECT_EQ(plain.out.find("multi-token"), std::string::npos);
 }
 
 }  // namespace
