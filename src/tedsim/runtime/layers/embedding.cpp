@@ -2,22 +2,22 @@
 
 namespace tedsim::runtime {
 
+Slice vocab_rows(const StepDims& d) {
+  return ParamRegistrar::slice(1, d.vocab, d.hidden, 0, 1, d.vocab_first, d.vocab_first + d.vocab_local, {{0, d.hidden}});
+}
+
+int add_embedding_copy(ParamRegistrar& reg, const StepContext& c, float stdv) {
+  return reg.add("embedding.copy", "embedding", 1, false, false, vocab_rows(c.dims), 0, stdv, true);
+}
+
 void Embedding::register_params(ParamRegistrar& reg, const StepContext& c, float stdv) {
-  const StepDims& d = c.dims;
   reg.set_unit(0);
-  table_ = reg.add("embedding", "embedding", 1, false, false,
-                   ParamRegistrar::slice(1, d.vocab, d.hidden, 0, 1, d.vocab_first, d.vocab_first + d.vocab_local,
-                                         {{0, d.hidden}}),
-                   0, stdv);
+  table_ = reg.add("embedding", "embedding", 1, false, false, vocab_rows(c.dims), 0, stdv);
 }
 
 void Embedding::register_copy(ParamRegistrar& reg, const StepContext& c, float stdv) {
-  const StepDims& d = c.dims;
-  reg.set_unit(d.layers + 1);
-  table_ = reg.add("embedding.copy", "embedding", 1, false, false,
-                   ParamRegistrar::slice(1, d.vocab, d.hidden, 0, 1, d.vocab_first, d.vocab_first + d.vocab_local,
-                                         {{0, d.hidden}}),
-                   0, stdv, true);
+  reg.set_unit(c.dims.layers + 1);
+  table_ = add_embedding_copy(reg, c, stdv);
 }
 
 void Embedding::forward(StepContext& c, const std::int32_t* tokens, float* x) {

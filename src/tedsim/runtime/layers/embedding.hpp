@@ -10,6 +10,11 @@
 
 namespace tedsim::runtime {
 
+// This rank's vocabulary rows of a [vocab, h] table (the embedding, its copies, the LM head).
+Slice vocab_rows(const StepDims& d);
+// A copy on this stage of the embedding another stage owns (counted there), initialized alike.
+int add_embedding_copy(ParamRegistrar& reg, const StepContext& c, float stdv);
+
 class Embedding {
  public:
   // Global tensor 1, in ZeRO-3 unit 0.

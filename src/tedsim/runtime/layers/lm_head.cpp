@@ -3,20 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tedsim/runtime/layers/embedding.hpp"
+
 namespace tedsim::runtime {
 
 void LmHead::register_params(ParamRegistrar& reg, const StepContext& c, int embedding_table, float stdv,
                              float norm_noise) {
   const StepDims& d = c.dims;
   reg.set_unit(d.layers + 1);
-  const Slice vocab_rows =
-      ParamRegistrar::slice(1, d.vocab, d.hidden, 0, 1, d.vocab_first, d.vocab_first + d.vocab_local, {{0, d.hidden}});
   if (!c.model.tie_embeddings)
-    weight_ = reg.add("lm_head", "lm_head", 2, false, false, vocab_rows, 0, stdv);
+    weight_ = reg.add("lm_head", "lm_head", 2, false, false, vocab_rows(d), 0, stdv);
   else if (embedding_table >= 0)
     weight_ = embedding_table;
   else  // initialized alike and kept equal by the tied-embedding sync
-    weight_ = reg.add("embedding.copy", "embedding", 1, false, false, vocab_rows, 0, stdv, true);
+    weight_ = add_embedding_copy(reg, c, stdv);
   final_norm_.register_params(reg, c.model, "final_ln", "final_ln", 3, d.hidden, norm_noise);
 }
 
