@@ -1,27 +1,46 @@
 #!/bin/bash
-# One-GPU device check: build for the GPU (sm_90), run ctest (GPU tests register themselves when
-# nvidia-smi sees a GPU), a quick CUDA calibration on one rank, and a one-GPU validation of the
-# gpu-moe model against the prediction from that profile. Logs, the profile and the validation JSON go to
-# OUTDIR. Budget: under 8 minutes on a 16-core machine with an H200.
+# One-GPU device check, in priority order so that a run cut short still says the most:
+#   1. build tedsim, the GPU kernel tests and the runtime tests for sm_90;
+#   2. every CUDA kernel against its CPU reference (tests/gpu), then the CUDA step against the CPU
+#      step (GpuStep.*, one rank);
+#   3. a quick CUDA calibration of gpu-moe on one rank;
+#   4. a one-GPU validation of gpu-moe predicted from that profile, then of cpu-qwen-moe;
+#   5. the rest of the build and the GPU-labelled ctest.
+# Every log, the profile and the validation JSON go to /tmp/tedsim-device, which is packed into
+# OUTDIR/device-logs.tgz after each section (the lent machine returns at most 8 files), and the
+# summary to OUTDIR/summary.txt. Budget: about 7 minutes (build included) on a 16-core machine with an H200.
 #   scripts/device-check.sh OUTDIR
 # Before the session's first GPU call, run scripts/device-deps.sh here and carry .devdeps.
-set -euo pipefail
+set -uo pipefail
 OUT=${1:?usage: scripts/device-check.sh OUTDIR}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$ROOT/build-gpu"
+LOG=/tmp/tedsim-device
+rm -rf "$LOG"
+mkdir -p "$LOG"
 JOBS=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 START=$(date +%s)
-section() { echo; echo "=== [$(( $(date +%s) - START )) s] $* ==="; }
+declare -A RC
+pack() { tar czf "$OUT/device-logs.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")" 2>/dev/null || true; }
+section() { pack; echo; echo "=== [$(( $(date +%s) - START )) s] $* ===" | tee -a "$LOG/sections.txt"; }
+summary() {
+  pack
+  {
+    echo "device check, $(date -u +%FT%TZ), $(( $(date +%s) - START )) s"
+    for key in "${!RC[@]}"; do echo "$key rc=${RC[$key]}"; done | sort
+  } | tee "$OUT/summary.txt"
+}
+trap summary EXIT
 
 section "build dependencies"
-# The lent GPU machines run an image with nvcc, CMake and NCCL but without Debian's -dev packages
-# and without network. scripts/device-deps.sh (run beforehand, on the build machine) puts the
-# packages in .devdeps/; they are unpacked into a prefix here and found through the environment.
-# OpenMPI finds itself through OPAL_PREFIX. TEDSIM_FORCE_DEVDEPS=1 uses .devdeps even where the
-# packages are installed (to check this path on the build machine).
+# The lent GPU machines run an image with nvcc and CMake but without Debian's -dev packages and
+# without network. scripts/device-deps.sh (run beforehand, on the build machine) puts the packages
+# in .devdeps/; they are unpacked into a prefix here and found through the environment. OpenMPI
+# finds itself through OPAL_PREFIX. TEDSIM_FORCE_DEVDEPS=1 uses .devdeps even where the packages
+# are installed (to check this path on the build machine).
 have_deps() {
   local dirs="/usr/include /usr/local/include /usr/lib/x86_64-linux-gnu/openmpi/include ${DEPS_PREFIX:-/nonexistent}/usr/include"
   for header in yaml-cpp/yaml.h eigen3/Eigen/Core CLI/CLI.hpp nlohmann/json.hpp gtest/gtest.h benchmark/benchmark.h; do
@@ -49,51 +68,91 @@ if [ -n "${TEDSIM_FORCE_DEVDEPS:-}" ] || ! have_deps; then
 fi
 
 section "device"
-nvidia-smi -L 2>&1 | tee "$OUT/nvidia-smi.txt" || echo "nvidia-smi failed (no GPU?)"
+nvidia-smi 2>&1 | tee "$LOG/nvidia-smi.txt" | head -20 || echo "nvidia-smi failed (no GPU?)"
 nvcc --version | tail -2
+
+# NCCL: the CUDA toolkit's folders first (cmake/TedsimCuda.cmake looks there); where it is not
+# there, the image's Python wheel (nvidia-nccl-cu13), which ships libnccl.so.2 without the
+# unversioned link find_library wants, so both paths are handed to CMake.
+nccl_args=()
+if ! ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
+  wheel=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$wheel" ] && [ -e "$wheel/include/nccl.h" ]; then
+    lib=$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -1)
+    nccl_args=(-DNCCL_INCLUDE_DIR="$wheel/include" -DNCCL_LIBRARY="$lib")
+    export LD_LIBRARY_PATH="$wheel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  echo "NCCL from the Python wheel: ${wheel:-none found} ${nccl_args[*]:-}"
+fi
 
 section "configure (CUDA, sm_90)"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTEDSIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTEDSIM_BENCHMARKS=OFF 2>&1 | tee "$OUT/configure.log" | grep -E "tedsim:|Error" || true
+  -DTEDSIM_BENCHMARKS=OFF "${nccl_args[@]}" > "$LOG/configure.log" 2>&1
+RC[configure]=$?
+grep -E "tedsim:|Error" "$LOG/configure.log"
+[ "${RC[configure]}" = 0 ] || { tail -30 "$LOG/configure.log"; exit 1; }
 
-section "build (-j$JOBS)"
-timeout 300 cmake --build "$BUILD" -j"$JOBS" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-tail -2 "$OUT/build.log"
+section "build: tedsim, GPU kernel tests, runtime tests (-j$JOBS)"
+gpu_tests=(test_gpu_kernels test_gpu_step_kernels test_gpu_router test_gpu_fp8)
+timeout 240 cmake --build "$BUILD" -j"$JOBS" --target tedsim "${gpu_tests[@]}" test_runtime > "$LOG/build.log" 2>&1
+RC[build]=$?
+tail -3 "$LOG/build.log"
+[ "${RC[build]}" = 0 ] || { grep -E "error|Error" "$LOG/build.log" | head -40; exit 1; }
 
-section "ctest (GPU tests included when a GPU is found)"
-ctest_rc=0
-(cd "$BUILD" && timeout 180 ctest -j4 --output-on-failure --timeout 120) > "$OUT/ctest.log" 2>&1 || ctest_rc=$?
-grep -E "tests passed|tests failed|\*\*\*Failed|Not Run" "$OUT/ctest.log" || true
-grep -c "gpu" "$OUT/ctest.log" | sed 's/^/lines mentioning gpu tests: /' || true
+section "GPU kernel tests: every CUDA kernel against its CPU reference"
+for t in "${gpu_tests[@]}"; do
+  timeout 90 "$BUILD/tests/gpu/$t" > "$LOG/$t.log" 2>&1
+  RC[$t]=$?
+  grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$LOG/$t.log" | sed "s/^/$t: /"
+  grep -B2 -A12 "Failure" "$LOG/$t.log" | head -60
+done
 
-section "quick CUDA calibration, 1 rank"
-cal_rc=0
-timeout 150 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" calibrate --backend cuda --quick \
-  --model gpu-moe --topology h200 --out "$OUT/profile-cuda-quick.json" > "$OUT/calibrate.log" 2>&1 || cal_rc=$?
-tail -25 "$OUT/calibrate.log"
-if [ -s "$OUT/profile-cuda-quick.json" ]; then
-  "$BUILD/tedsim" profile show "$OUT/profile-cuda-quick.json" > "$OUT/profile-show.txt" 2>&1 || true
-  head -14 "$OUT/profile-show.txt"
+section "the CUDA step against the CPU step (GpuStep.*, 1 rank)"
+timeout 120 mpirun -np 1 --mca btl self,vader "$BUILD/tests/runtime/test_runtime" --gtest_filter='GpuStep.*' \
+  > "$LOG/gpu-step.log" 2>&1
+RC[gpu_step]=$?
+grep -E "^\[ +(OK|FAILED|PASSED) |tests ran" "$LOG/gpu-step.log" | head -30
+grep -B2 -A12 "Failure" "$LOG/gpu-step.log" | head -60
+
+section "quick CUDA calibration of gpu-moe, 1 rank"
+timeout 120 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" calibrate --backend cuda --quick \
+  --model gpu-moe --topology h200 --out "$LOG/profile-cuda-quick.json" > "$LOG/calibrate.log" 2>&1
+RC[calibrate]=$?
+tail -15 "$LOG/calibrate.log"
+if [ -s "$LOG/profile-cuda-quick.json" ]; then
+  "$BUILD/tedsim" profile show "$LOG/profile-cuda-quick.json" > "$LOG/profile-show.txt" 2>&1 || true
+  head -30 "$LOG/profile-show.txt"
 fi
 
 section "validate on one GPU: gpu-moe (~3.7B parameters, ~57 GiB), predicted from the quick profile"
-val_rc=0
 profile_arg=()
-[ -s "$OUT/profile-cuda-quick.json" ] && profile_arg=(--profile "$OUT/profile-cuda-quick.json")
-timeout 200 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model gpu-moe \
+[ -s "$LOG/profile-cuda-quick.json" ] && profile_arg=(--profile "$LOG/profile-cuda-quick.json")
+timeout 150 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model gpu-moe \
   --topology h200 --gpus 1 --tp 1 --ep 1 --micro-batch 1 --global-batch 8 --zero 1 --warmup 2 --iters 5 \
-  "${profile_arg[@]}" --json "$OUT/validate-gpu-moe.json" > "$OUT/validate.log" 2>&1 || val_rc=$?
-tail -30 "$OUT/validate.log"
+  "${profile_arg[@]}" --json "$LOG/validate-gpu-moe.json" > "$LOG/validate.log" 2>&1
+RC[validate]=$?
+tail -60 "$LOG/validate.log"
 
 section "validate on one GPU: cpu-qwen-moe (today's router, dropless, RMSNorm, RoPE, q/k norms), analytic h200"
 # That the CUDA step runs this layer and its loss falls is the check; the analytic prediction of a
 # model this small is no test of anything, so the verdict's tolerance is wide.
-qwen_rc=0
-timeout 90 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model cpu-qwen-moe \
+timeout 60 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model cpu-qwen-moe \
   --topology h200 --gpus 1 --tp 1 --ep 1 --micro-batch 2 --global-batch 8 --zero 1 --warmup 2 --iters 5 \
-  --tolerance 10 --json "$OUT/validate-cpu-qwen-moe.json" > "$OUT/validate-qwen.log" 2>&1 || qwen_rc=$?
-tail -20 "$OUT/validate-qwen.log"
+  --tolerance 10 --json "$LOG/validate-cpu-qwen-moe.json" > "$LOG/validate-qwen.log" 2>&1
+RC[validate_qwen]=$?
+tail -25 "$LOG/validate-qwen.log"
 
-section "summary"
-echo "ctest rc=$ctest_rc calibrate rc=$cal_rc validate rc=$val_rc validate-qwen rc=$qwen_rc total $(( $(date +%s) - START )) s; logs in $OUT"
-test "$ctest_rc" -eq 0 && test "$cal_rc" -eq 0 && test "$val_rc" -eq 0 && test "$qwen_rc" -eq 0
+section "gpu-moe again, every kernel call timed (fenced) beside the prediction's price"
+timeout 90 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model gpu-moe \
+  --topology h200 --gpus 1 --tp 1 --ep 1 --micro-batch 1 --global-batch 8 --zero 1 --warmup 1 --iters 2 \
+  --kernel-times "${profile_arg[@]}" > "$LOG/validate-kernel-times.log" 2>&1
+RC[kernel_times]=$?
+grep -A60 -i "kernel" "$LOG/validate-kernel-times.log" | tail -45
+
+section "the rest of the build, then the GPU-labelled ctest"
+timeout 150 cmake --build "$BUILD" -j"$JOBS" > "$LOG/build-rest.log" 2>&1
+RC[build_rest]=$?
+tail -2 "$LOG/build-rest.log"
+(cd "$BUILD" && timeout 90 ctest -j8 -L gpu --output-on-failure --timeout 60) > "$LOG/ctest-gpu.log" 2>&1
+RC[ctest_gpu]=$?
+grep -E "tests passed|tests failed|\*\*\*Failed|Not Run" "$LOG/ctest-gpu.log"
