@@ -10,6 +10,8 @@
 # OUTDIR/device-logs.tgz after each section (the lent machine returns at most 8 files), and the
 # summary to OUTDIR/summary.txt. Budget: about 7 minutes (build included) on a 16-core machine with an H200.
 #   scripts/device-check.sh OUTDIR
+#   TEDSIM_DEVICE_PROFILE=reports/device/profile-h200-gpu-moe-quick.json scripts/device-check.sh OUTDIR
+#     (skips the calibration, about 100 s, and predicts from that profile)
 # Before the session's first GPU call, run scripts/device-deps.sh here and carry .devdeps.
 set -uo pipefail
 OUT=${1:?usage: scripts/device-check.sh OUTDIR}
@@ -114,11 +116,17 @@ RC[gpu_step]=$?
 grep -E "^\[ +(OK|FAILED|PASSED) |tests ran" "$LOG/gpu-step.log" | head -30
 grep -B2 -A12 "Failure" "$LOG/gpu-step.log" | head -60
 
-section "quick CUDA calibration of gpu-moe, 1 rank"
-timeout 120 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" calibrate --backend cuda --quick \
-  --model gpu-moe --topology h200 --out "$LOG/profile-cuda-quick.json" > "$LOG/calibrate.log" 2>&1
-RC[calibrate]=$?
-tail -15 "$LOG/calibrate.log"
+if [ -n "${TEDSIM_DEVICE_PROFILE:-}" ]; then
+  # A profile measured on such a machine earlier (reports/device/): spends no device time on it.
+  section "profile from an earlier check: $TEDSIM_DEVICE_PROFILE"
+  cp "$ROOT/$TEDSIM_DEVICE_PROFILE" "$LOG/profile-cuda-quick.json"
+else
+  section "quick CUDA calibration of gpu-moe, 1 rank"
+  timeout 120 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" calibrate --backend cuda --quick \
+    --model gpu-moe --topology h200 --out "$LOG/profile-cuda-quick.json" > "$LOG/calibrate.log" 2>&1
+  RC[calibrate]=$?
+  tail -15 "$LOG/calibrate.log"
+fi
 if [ -s "$LOG/profile-cuda-quick.json" ]; then
   "$BUILD/tedsim" profile show "$LOG/profile-cuda-quick.json" > "$LOG/profile-show.txt" 2>&1 || true
   head -30 "$LOG/profile-show.txt"

@@ -196,7 +196,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         << ")\n";
   }
   const Evaluator evaluator(in.model, in.topology, *in.profile);
-  TraceRecorder predicted_trace;
+  TraceRecorder predicted_trace(o.kernel_times);  // the kernel table sums every micro-batch's ops
   const bool record_prediction = !o.trace_predicted.empty() || o.kernel_times;
   const Prediction pred = evaluator.evaluate(c, record_prediction ? &predicted_trace : nullptr);
   if (backend == Backend::cpu) {

@@ -126,7 +126,9 @@ void print_kernel_times(std::ostream& out, const runtime::KernelCensus& census, 
     table.add_row({kind, fixed(r.calls, 0), priced ? ms(r.predicted_s) : std::string("-"), ms(r.measured_s), error});
   }
   table.add_row({"all kernels", "", ms(predicted_total), ms(measured_total),
-                 measured_total > 0 ? fixed(100.0 * (predicted_total - measured_total) / measured_total, 1) + "%" : "-"});
+                 measured_total > 0 ? std::string(predicted_total >= measured_total ? "+" : "") +
+                                          fixed(100.0 * (predicted_total - measured_total) / measured_total, 1) + "%"
+                                    : "-"});
   out << "\nkernel times per iteration (calls timed one by one over " << fixed(steps, 0)
       << " steps, warm-up included; the prediction's ops of rank 0's stage; collectives are in the phase table)\n";
   table.print(out);

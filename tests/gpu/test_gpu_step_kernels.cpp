@@ -244,8 +244,11 @@ struct AttentionCase {
   int heads, seq, d, dv;  // dv: the value head size (MLA's differs from the query/key size d)
   bool causal;
 };
-// The 6200-row case needs more than 48 KiB of shared memory in the backward key-row kernel; the
-// last two take value heads apart from the query/key heads, as DeepSeek-V3's MLA (192 and 128).
+// The 6200-row case is a long row (more than 48 KiB of scores); the last two take value heads
+// apart from the query/key heads, as DeepSeek-V3's MLA (192 and 128). The GEMMs round their
+// operands to TF32 (2^-11 relative): scores are off by about 1e-4 where the reference's are exact
+// to 1e-7, so the tolerances are 3e-3 and 5e-3 of the largest entry; a wrong index, scale or
+// mask gives errors of order 1.
 const AttentionCase kAttentionCases[] = {{1, 1, 64, 64, false},  {3, 33, 40, 40, true},   {3, 33, 40, 40, false},
                                          {2, 300, 64, 64, true}, {5, 97, 256, 256, false}, {1, 6200, 16, 16, true},
                                          {3, 77, 192, 128, true}, {2, 65, 8, 6, true}};
@@ -264,17 +267,18 @@ TEST_F(GpuStep, AttentionForwardSavingProbsMatchesCpu) {
     std::vector<float> probs(np), out(nv);
     attention_forward(c.heads, c.seq, c.d, c.dv, c.causal, q.data(), k.data(), v.data(), probs.data(), out.data());
     DevF dq(q), dk(k), dv(v), dprobs(np, kGarbage), dout(nv, kGarbage);
-    cu::attention_forward_saving_probs(c.heads, c.seq, c.d, c.dv, c.causal, dq.ptr(), dk.ptr(), dv.ptr(),
+    cu::BlasHandle blas;
+    cu::attention_forward_saving_probs(blas, c.heads, c.seq, c.d, c.dv, c.causal, dq.ptr(), dk.ptr(), dv.ptr(),
                                        dprobs.ptr(), dout.ptr());
     const auto gpu_probs = dprobs.host();
-    expect_close(gpu_probs, probs, 1e-4, 1e-3, "probs " + describe(c));
+    expect_close(gpu_probs, probs, 3e-3, 1e-3, "probs " + describe(c));
     if (c.causal) {
       for (int h = 0; h < c.heads; ++h)
         for (int i = 0; i < c.seq; ++i)
           for (int j = i + 1; j < c.seq; ++j)
             ASSERT_EQ(gpu_probs[(static_cast<std::size_t>(h) * c.seq + i) * c.seq + j], 0.0f) << "masked entry";
     }
-    expect_close_to_max(dout.host(), out, 1e-4, "out " + describe(c));
+    expect_close_to_max(dout.host(), out, 5e-3, "out " + describe(c));
   }
 }
 
@@ -291,11 +295,12 @@ TEST_F(GpuStep, AttentionBackwardMatchesCpu) {
                        gk.data(), gv.data());
     DevF dq(q), dk(k), dv(v), dprobs(probs), dgo(go);
     DevF dgq(n, kGarbage), dgk(n, kGarbage), dgv(nv, kGarbage);
-    cu::attention_backward(c.heads, c.seq, c.d, c.dv, dq.ptr(), dk.ptr(), dv.ptr(), dprobs.ptr(), dgo.ptr(),
+    cu::BlasHandle blas;
+    cu::attention_backward(blas, c.heads, c.seq, c.d, c.dv, dq.ptr(), dk.ptr(), dv.ptr(), dprobs.ptr(), dgo.ptr(),
                            dgq.ptr(), dgk.ptr(), dgv.ptr());
-    expect_close_to_max(dgq.host(), gq, 1e-4, "grad_q " + describe(c));
-    expect_close_to_max(dgk.host(), gk, 1e-4, "grad_k " + describe(c));
-    expect_close_to_max(dgv.host(), gv, 1e-4, "grad_v " + describe(c));
+    expect_close_to_max(dgq.host(), gq, 5e-3, "grad_q " + describe(c));
+    expect_close_to_max(dgk.host(), gk, 5e-3, "grad_k " + describe(c));
+    expect_close_to_max(dgv.host(), gv, 5e-3, "grad_v " + describe(c));
   }
 }
 

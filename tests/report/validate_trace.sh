@@ -4,12 +4,14 @@
 # slices that tile its iteration; every measured name but the "compute" filler is one the
 # prediction uses, and every collective the prediction names is measured. --kernel-times: the
 # table names each kind of kernel the step runs, with a predicted and a measured time for the ones
-# the cost model prices, and its totals are the sums of its rows.
+# the cost model prices, and its totals are the sums of its rows; its predicted total is the phase
+# table's predicted compute, optimizer and other (every micro-batch, not only those the predicted
+# trace draws op by op: 16 sequences make 4 micro-batches per replica).
 #   validate_trace.sh TEDSIM MPIRUN DIR
 set -uo pipefail
 TEDSIM=$1 MPIRUN=$2 DIR=$3
 mkdir -p "$DIR"
-"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --tp 1 --ep 2 --global-batch 8 \
+"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --tp 1 --ep 2 --global-batch 16 \
   --warmup 1 --iters 3 --kernel-times --trace "$DIR/measured.json" --trace-predicted "$DIR/predicted.json" > "$DIR/validate.log" 2>&1 ||
   { echo "FAIL: validate exited $?"; cat "$DIR/validate.log"; exit 1; }
 python3 - "$DIR/measured.json" "$DIR/predicted.json" "$DIR/validate.log" <<'PY'
@@ -60,6 +62,12 @@ total = rows["all kernels"]
 priced = [k for k in rows if k != "all kernels"]
 assert abs(sum(float(rows[k][2]) for k in priced) - float(total[1])) < 0.01 * len(priced), rows
 assert abs(sum(float(rows[k][1]) for k in priced if rows[k][1] != "-") - float(total[0])) < 0.01 * len(priced), rows
+top = next(i for i, l in enumerate(lines) if l.startswith("phase "))
+bottom = next(i for i in range(top, len(lines)) if lines[i].startswith("iteration "))
+phase = {l.split()[0]: float(l.split()[1]) for l in lines[top:bottom] if l.split()[:1] in (["compute"], ["optimizer"], ["other"])}
+assert len(phase) == 3, phase
+expected = phase["compute"] + phase["optimizer"] + phase["other"]
+assert abs(float(total[0]) - expected) <= 0.02 * expected, (total, phase)
 print(f"ok: {len(measured)} measured slices on {len(ranks)} ranks, {len(predicted)} predicted; "
       f"shared names {sorted(measured_names & predicted_names)}")
 PY

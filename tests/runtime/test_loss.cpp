@@ -43,6 +43,33 @@ TEST(RuntimeTraining, TinyMoeLossFallsOver50Steps) {
   for (double l : losses) EXPECT_TRUE(std::isfinite(l));
 }
 
+// The tiled expert optimizer step (TED's, one Adam call per tile of the expert parameters) moves
+// every weight exactly as one call over all of them: Adam is element-wise.
+TEST(RuntimeTraining, TiledExpertOptimizerMatchesOneCall) {
+  Communicator& world = runtime_world();
+  if (world.size() != 1) GTEST_SKIP() << "runs on one rank";
+  const ModelSpec m = load_model(resolve_data_file("models", "tiny-moe"));
+  const auto params_after_two_steps = [&](std::size_t tile) {
+    ParallelConfig c = one_rank(Recompute::none);
+    c.tiled_optimizer = true;
+    runtime::TrainerOptions o;
+    o.optimizer_tile = tile;
+    runtime::Trainer tr(world, m, c, o);
+    tr.step();
+    tr.step();
+    std::vector<float> all;
+    for (std::size_t id = 0; id < tr.params().infos().size(); ++id) {
+      const std::vector<float> p = tr.param_to_host(static_cast<int>(id));
+      all.insert(all.end(), p.begin(), p.end());
+    }
+    return all;
+  };
+  const std::vector<float> one_call = params_after_two_steps(std::size_t{1} << 40);
+  const std::vector<float> tiled = params_after_two_steps(1000);  // many tiles, the last one short
+  ASSERT_EQ(one_call.size(), tiled.size());
+  for (std::size_t i = 0; i < tiled.size(); ++i) ASSERT_EQ(tiled[i], one_call[i]) << "parameter element " << i;
+}
+
 // A step that goes non-finite stops with the step, the parameter kind and its name.
 TEST(RuntimeTraining, NonFiniteLossOrGradientStopsTheStepNamingIt) {
   Communicator& world = runtime_world();

@@ -139,12 +139,12 @@ class CudaStepOps final : public StepOps {
   }
   void attention_forward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                          float* probs, float* out) override {
-    cu::attention_forward_saving_probs(heads, seq, head_dim, v_dim, true, q, k, v, probs, out);
+    cu::attention_forward_saving_probs(blas_, heads, seq, head_dim, v_dim, true, q, k, v, probs, out);
   }
   void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
                           const float* probs, const float* grad_out, float* grad_q, float* grad_k,
                           float* grad_v) override {
-    cu::attention_backward(heads, seq, head_dim, v_dim, q, k, v, probs, grad_out, grad_q, grad_k, grad_v);
+    cu::attention_backward(blas_, heads, seq, head_dim, v_dim, q, k, v, probs, grad_out, grad_q, grad_k, grad_v);
   }
   void adam_step(std::size_t n, const kernels::AdamConfig& cfg, int step, float* params, const float* grads,
                  float* exp_avg, float* exp_avg_sq) override {

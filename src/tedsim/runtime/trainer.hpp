@@ -57,7 +57,9 @@ struct TrainerOptions {
   float ln_init_noise = 0.0f;     // > 0: randomize LayerNorm gammas/betas (gradient checks)
   std::string data_file;          // empty: synthetic tokens
   double data_noise = 0.1;
-  std::size_t optimizer_tile = 1 << 16;  // elements per tiled expert Adam call
+  // Elements per tiled expert Adam call: the cost model's tile (model/workload.hpp
+  // kOptimizerTileElems), so that validate runs the launches the prediction prices.
+  std::size_t optimizer_tile = std::size_t{16} << 20;
   bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
   bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
   bool record_slices = false;     // keep each timed region of a step (StepStats::slices)

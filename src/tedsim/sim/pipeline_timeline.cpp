@@ -521,7 +521,9 @@ class PipelineTimeline {
     return text;
   }
 
-  bool traced(int mb) const { return mb < kTraceExpandedMicrobatches || mb == mb_count_ - 1; }
+  bool traced(int mb) const {
+    return trace_->every_microbatch() || mb < kTraceExpandedMicrobatches || mb == mb_count_ - 1;
+  }
 
   void trace_block(int p, const Block& block, const std::string& where, double& now) {
     for (int i = 0; i < block.count; ++i) {

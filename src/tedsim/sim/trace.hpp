@@ -21,6 +21,12 @@ struct TraceEvent {
 
 class TraceRecorder {
  public:
+  TraceRecorder() = default;
+  // every_microbatch: draw every micro-batch op by op (validate --kernel-times sums the ops of
+  // the whole iteration); else the first ones and the last, the others one slice per pass, which
+  // keeps a trace of many micro-batches readable.
+  explicit TraceRecorder(bool every_microbatch) : every_microbatch_(every_microbatch) {}
+  bool every_microbatch() const { return every_microbatch_; }
   void add(TraceEvent event) { events_.push_back(std::move(event)); }
   // Names the process of `stage` ("stage 1: layers 8-15").
   void name_stage(int stage, std::string name);
@@ -30,6 +36,7 @@ class TraceRecorder {
 
  private:
   std::vector<TraceEvent> events_;
+  bool every_microbatch_ = false;
   std::vector<std::string> stage_names_;
 };
 

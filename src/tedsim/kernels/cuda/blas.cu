@@ -2,7 +2,8 @@
 // matrix is the column-major [c,r] matrix, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T: swap the operands and the m/n sizes, keep each operand's transpose flag.
 // Compute type is CUBLAS_COMPUTE_32F (fp32 accumulate; tensor cores for fp16/bf16), except
-// gemm_bf16_compute, which keeps fp32 storage and lets cuBLAS round the operands to bf16.
+// gemm_bf16_compute, which keeps fp32 storage and lets cuBLAS round the operands to bf16, and
+// gemm_strided_batched_tf32, which rounds them to TF32.
 #include <cublasLt.h>
 
 #include <string>
@@ -68,6 +69,16 @@ void gemm_strided_batched(BlasHandle& h, Dtype type, const GemmOp& op, int m, in
   TEDSIM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k,
                                                  &op.alpha, b, t, ldb, stride_b, a, t, lda, stride_a, &op.beta, c, t,
                                                  ldc, stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_strided_batched_tf32(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda,
+                               long long stride_a, const float* b, int ldb, long long stride_b, float* c, int ldc,
+                               long long stride_c, int batch) {
+  if (m <= 0 || n <= 0 || batch <= 0) return;
+  TEDSIM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k,
+                                                 &op.alpha, b, CUDA_R_32F, ldb, stride_b, a, CUDA_R_32F, lda,
+                                                 stride_a, &op.beta, c, CUDA_R_32F, ldc, stride_c, batch,
+                                                 CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
 }
 
 void gemm_grouped(BlasHandle& h, Dtype type, const GemmOp& op, const std::vector<DeviceGemmProblem>& problems) {

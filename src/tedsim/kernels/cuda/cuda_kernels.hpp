@@ -73,6 +73,10 @@ void gemm_lt(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, c
 void gemm_strided_batched(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda,
                           long long stride_a, const void* b, int ldb, long long stride_b, void* c, int ldc,
                           long long stride_c, int batch);
+// The same with fp32 operands the tensor cores round to TF32 (the step's attention core).
+void gemm_strided_batched_tf32(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda,
+                               long long stride_a, const float* b, int ldb, long long stride_b, float* c, int ldc,
+                               long long stride_c, int batch);
 struct DeviceGemmProblem {
   int m = 0, n = 0, k = 0;
   const void* a = nullptr;

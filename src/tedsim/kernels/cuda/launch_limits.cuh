@@ -37,4 +37,9 @@ inline void check_heads(int heads, const char* what) {
   if (heads > 65535) throw InputError(std::string(what) + ": more than 65535 heads (b * heads per rank)");
 }
 
+// One block per row of every head on grid.x, which CUDA caps at 2^31 - 1.
+inline void check_rows(std::size_t rows, const char* what) {
+  if (rows > 2147483647u) throw InputError(std::string(what) + ": more than 2^31 - 1 rows (b * heads * seq per rank)");
+}
+
 }  // namespace tedsim::kernels::cuda::detail

@@ -70,17 +70,16 @@ void gemm_fp8(BlasHandle& h, int m, int n, int k, const void* a, const void* w, 
               const float* w_scale, void* c);
 
 // ---------------------------------------------------------------- attention
-// One block per (row, head) keeps a score row in shared memory: seq is bounded by the device's
-// shared memory per block (InputError beyond it; the backward's limit is about 28K on Hopper) and
-// heads by 65535. The backward is deterministic (no atomics) and queues a stream-ordered scratch
-// allocation of heads * seq floats.
+// Unfused: per-head batched GEMMs (TF32 tensor cores) around a row softmax kernel, one block per
+// row of every head. The backward queues a stream-ordered scratch of heads * seq * seq floats.
 // cpu/attention.hpp attention_forward: q, k [heads, s, head_dim], v, out [heads, s, v_dim];
 // probs [heads, s, s] saved (masked entries 0).
-void attention_forward_saving_probs(int heads, int seq, int head_dim, int v_dim, bool causal, const float* q,
-                                    const float* k, const float* v, float* probs, float* out);
+void attention_forward_saving_probs(BlasHandle& blas, int heads, int seq, int head_dim, int v_dim, bool causal,
+                                    const float* q, const float* k, const float* v, float* probs, float* out);
 // cpu/attention.hpp attention_backward: grad_q, grad_k, grad_v overwritten.
-void attention_backward(int heads, int seq, int head_dim, int v_dim, const float* q, const float* k, const float* v,
-                        const float* probs, const float* grad_out, float* grad_q, float* grad_k, float* grad_v);
+void attention_backward(BlasHandle& blas, int heads, int seq, int head_dim, int v_dim, const float* q,
+                        const float* k, const float* v, const float* probs, const float* grad_out, float* grad_q,
+                        float* grad_k, float* grad_v);
 
 // Head layouts of the trainer (runtime/layers/attention.cpp), b sequences of s tokens:
 // qkv [b*s, q_l + 2*kvd_l] -> q, k, v [b*heads, s, hd], kv heads repeated heads/kv_heads times
