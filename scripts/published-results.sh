@@ -78,7 +78,7 @@ for i, r in enumerate(spec["rows"]):
     else:
         sys.exit(f"published-results: row {i}: unknown unit {r['unit']}")
     rows.append(dict(r, label=label, predicted=predicted, error=(predicted - r["value"]) / r["value"], fits=d["fits"],
-                     command="tedsim " + " ".join(cmd[1:])))
+                     command="tedsim " + " ".join(cmd[1:]), busy_s=d["busy_s"]))
 # The collective bandwidths: `tedsim profile collective` on the analytic profile of the machine.
 bandwidths = []
 for i, b in enumerate(spec.get("bandwidths", [])):
@@ -90,6 +90,19 @@ for i, b in enumerate(spec.get("bandwidths", [])):
         sys.exit(f"published-results: bandwidth row {i} ({b['label']}) failed: {' '.join(cmd)}\n{run.stderr}")
     predicted = json.load(open(result))["sizes"][0][b["metric"]]
     bandwidths.append(dict(b, predicted=predicted, error=(predicted - b["value"]) / b["value"], command="tedsim " + " ".join(cmd[1:])))
+# Where a source breaks a measured step into parts (a profiler's timeline), each part against the
+# busy time of the phases that price it: which part of a row's error is which. Not in the overall
+# mean, which is of whole steps.
+phase_rows = []
+for p in spec.get("phase_rows", []):
+    row = next((x for x in rows if x["label"] == p["row"]), None)
+    if row is None:
+        sys.exit(f"published-results: phase row {p['label']!r}: no simulated row labelled {p['row']!r}")
+    unknown = [k for k in p["phases"] if k not in row["busy_s"]]
+    if unknown:
+        sys.exit(f"published-results: phase row {p['label']!r}: unknown phases {unknown} (simulate's are {sorted(row['busy_s'])})")
+    predicted = sum(row["busy_s"][k] for k in p["phases"])
+    phase_rows.append(dict(p, predicted=predicted, error=(predicted - p["value_s"]) / p["value_s"], row_error=row["error"]))
 def mean_abs(rs): return 100 * sum(abs(x["error"]) for x in rs) / len(rs)
 def max_abs(rs): return 100 * max(abs(x["error"]) for x in rs)
 overall = mean_abs(rows)
@@ -171,6 +184,20 @@ if bandwidths:
                          f"{x['predicted']:.1f} | {100 * x['error']:+.1f}% | `{x['command']}` |")
         lines += ["", f"Mean absolute error {mean_abs(bs):.1f}%, largest {max_abs(bs):.1f}% ({len(bs)} rows).", ""]
     lines += [f"Collective bandwidths overall: mean absolute error {mean_abs(bandwidths):.1f}% over {len(bandwidths)} rows.", ""]
+if phase_rows:
+    lines += ["## Where a step's time goes", "",
+              "A separate table: a measured step broken into parts by a profiler, each part against the busy seconds of the "
+              "tedsim phases that price it, for the same row as above.", ""]
+    for key, text in spec.get("phase_sources", {}).items():
+        ps = [x for x in phase_rows if x["source"] == key]
+        if not ps:
+            continue
+        lines += [f"### {key}", "", text, "", "| row | part | what | tedsim phases | published s | predicted s | error |",
+                  "|---|---|---|---|---|---|---|"]
+        for x in ps:
+            lines.append(f"| {x['row']} (throughput {100 * x['row_error']:+.1f}%) | {x['label']} | {x['what']} | {', '.join(x['phases'])} | "
+                         f"{x['value_s']:.3f} | {x['predicted']:.3f} | {100 * x['error']:+.1f}% |")
+        lines += [""]
 notes = os.path.join(root, "reports", "published-results-notes.md")
 if os.path.exists(notes):
     lines += [open(notes).read().rstrip(), ""]
