@@ -95,9 +95,11 @@ for i, b in enumerate(spec.get("bandwidths", [])):
 # mean, which is of whole steps.
 phase_rows = []
 for p in spec.get("phase_rows", []):
-    row = next((x for x in rows if x["label"] == p["row"]), None)
-    if row is None:
-        sys.exit(f"published-results: phase row {p['label']!r}: no simulated row labelled {p['row']!r}")
+    matches = [x for x in rows if x["label"] == p["row"]]
+    if len(matches) != 1:
+        sys.exit(f"published-results: phase row {p['label']!r}: {len(matches)} simulated rows labelled {p['row']!r}, "
+                 "not exactly one")
+    row = matches[0]
     unknown = [k for k in p["phases"] if k not in row["busy_s"]]
     if unknown:
         sys.exit(f"published-results: phase row {p['label']!r}: unknown phases {unknown} (simulate's are {sorted(row['busy_s'])})")
