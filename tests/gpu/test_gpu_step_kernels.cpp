@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 #include "tedsim/core/error.hpp"
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/attention.hpp"
+#include "tedsim/kernels/cpu/bf16.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/gating.hpp"
 #include "tedsim/kernels/cpu/gemm.hpp"
@@ -122,28 +124,61 @@ TEST_F(GpuStep, Copy2dMovesRowsBetweenPitches) {
 
 // ---------------------------------------------------------------- GEMM
 
-TEST_F(GpuStep, GemmBf16ComputeMatchesCpuGemm) {
+TEST_F(GpuStep, ConvertRowsToBf16RoundsLikeTheCpu) {
+  struct Case {
+    int rows, cols, ld;
+  };
+  for (Case c : {Case{1, 1, 1}, Case{37, 300, 300}, Case{64, 33, 40}, Case{3, 1000, 1024}}) {
+    auto src = random_vector(static_cast<std::size_t>(c.rows) * c.ld, 21, -3, 3);
+    // Ties and edges: 1 + 2^-8 (a tie to the even 1), 1 + 3 * 2^-8 (a tie to the even 1 + 2^-6).
+    src[0] = 1.0f + std::ldexp(1.0f, -8);
+    if (src.size() > 1) src[1] = 1.0f + std::ldexp(3.0f, -8);
+    if (src.size() > 2) src[2] = std::numeric_limits<float>::infinity();
+    DevF d_src(src);
+    gpu_test::Dev<std::uint16_t> d_dst(static_cast<std::size_t>(c.rows) * c.cols, 0xdeadu);
+    cu::convert_rows_to_bf16(c.rows, c.cols, d_src.ptr(), c.ld, d_dst.ptr());
+    const std::vector<std::uint16_t> got = d_dst.host();
+    for (int r = 0; r < c.rows; ++r) {
+      for (int x = 0; x < c.cols; ++x) {
+        const float want = round_to_bf16(src[static_cast<std::size_t>(r) * c.ld + x]);
+        std::uint32_t want_bits;
+        std::memcpy(&want_bits, &want, sizeof want_bits);
+        ASSERT_EQ(got[static_cast<std::size_t>(r) * c.cols + x], want_bits >> 16)
+            << c.rows << "x" << c.cols << " ld " << c.ld << " at " << r << "," << x;
+      }
+    }
+  }
+}
+
+TEST_F(GpuStep, GemmBf16ComputeMatchesCpuGemmOnBf16Operands) {
   cu::BlasHandle handle;
   struct Shape {
-    int m, n, k;
+    int m, n, k, pad;  // pad: extra columns of leading dimension on A and B
   };
-  for (Shape s : {Shape{64, 256, 64}, Shape{7, 33, 5}, Shape{130, 77, 300}}) {
+  for (Shape s : {Shape{64, 256, 64, 0}, Shape{7, 33, 5, 0}, Shape{130, 77, 300, 0}, Shape{48, 96, 80, 5},
+                  Shape{3, 2, 0, 0}}) {
     for (int ta = 0; ta < 2; ++ta) {
       for (int tb = 0; tb < 2; ++tb) {
         for (float beta : {0.0f, 0.5f}) {
           const GemmOp op{ta == 1, tb == 1, 1.25f, beta};
-          const int lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n;
-          const auto a = random_vector(static_cast<std::size_t>(s.m) * s.k, 5);
-          const auto b = random_vector(static_cast<std::size_t>(s.k) * s.n, 6);
+          const int a_rows = ta ? s.k : s.m, a_cols = (ta ? s.m : s.k) + s.pad;
+          const int b_rows = tb ? s.n : s.k, b_cols = (tb ? s.k : s.n) + s.pad;
+          const auto a = random_vector(static_cast<std::size_t>(a_rows) * a_cols, 5);
+          const auto b = random_vector(static_cast<std::size_t>(b_rows) * b_cols, 6);
           const auto c0 = random_vector(static_cast<std::size_t>(s.m) * s.n, 7);
+          // The reference multiplies the bf16-rounded operands in fp32: what is left is the order of
+          // fp32 accumulation, so the tolerance is fp32's, not bf16's.
+          std::vector<float> a16 = a, b16 = b;
+          for (float& x : a16) x = round_to_bf16(x);
+          for (float& x : b16) x = round_to_bf16(x);
           std::vector<float> ref = c0;
-          gemm(op, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, ref.data(), s.n);
+          gemm(op, s.m, s.n, s.k, a16.data(), a_cols, b16.data(), b_cols, ref.data(), s.n);
           DevF da(a), db(b), dc(c0);
-          cu::gemm_bf16_compute(handle, op, s.m, s.n, s.k, da.ptr(), lda, db.ptr(), ldb, dc.ptr(), s.n);
-          // bf16 operands (8-bit mantissa), fp32 accumulation: ~2e-2 of the largest entry.
-          expect_close(dc.host(), ref, 2e-2, max_abs(ref),
-                       "gemm_bf16_compute m" + std::to_string(s.m) + " ta" + std::to_string(ta) + " tb" +
-                           std::to_string(tb) + " beta" + std::to_string(beta));
+          cu::gemm_bf16_compute(handle, op, s.m, s.n, s.k, da.ptr(), a_cols, db.ptr(), b_cols, dc.ptr(), s.n);
+          expect_close(dc.host(), ref, 1e-4, max_abs(ref) + 1e-6,
+                       "gemm_bf16_compute m" + std::to_string(s.m) + " k" + std::to_string(s.k) + " ta" +
+                           std::to_string(ta) + " tb" + std::to_string(tb) + " pad" + std::to_string(s.pad) +
+                           " beta" + std::to_string(beta));
         }
       }
     }

@@ -2,8 +2,8 @@
 // matrix is the column-major [c,r] matrix, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T: swap the operands and the m/n sizes, keep each operand's transpose flag.
 // Compute type is CUBLAS_COMPUTE_32F (fp32 accumulate; tensor cores for fp16/bf16), except
-// gemm_bf16_compute, which keeps fp32 storage and lets cuBLAS round the operands to bf16, and
-// gemm_strided_batched_tf32, which rounds them to TF32.
+// gemm_strided_batched_tf32, which rounds fp32 operands to TF32. gemm_bf16_compute takes fp32
+// operands, rounds them to bf16 copies first and multiplies those into fp32.
 #include <cublasLt.h>
 
 #include <string>
@@ -19,6 +19,11 @@ struct BlasHandle::Impl {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 32u << 20;  // cuBLASLt's recommended size on Hopper
+  // gemm_bf16_compute's bf16 copies of its operands. It only grows, to the largest GEMM's size;
+  // the step queues everything on one stream, so one call's copies are consumed before the next
+  // call's conversion overwrites them.
+  void* operands = nullptr;
+  std::size_t operand_bytes = 0;
 };
 
 BlasHandle::BlasHandle() : impl_(std::make_unique<Impl>()) {
@@ -32,6 +37,7 @@ BlasHandle::~BlasHandle() {
   if (impl_->lt) cublasLtDestroy(impl_->lt);
   if (impl_->blas) cublasDestroy(impl_->blas);
   if (impl_->workspace) cudaFree(impl_->workspace);
+  if (impl_->operands) cudaFree(impl_->operands);
 }
 
 namespace {
@@ -53,12 +59,36 @@ void gemm(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, cons
                                    a, t, lda, &op.beta, c, t, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+namespace {
+void* operand_scratch(BlasHandle::Impl& impl, std::size_t bytes) {
+  if (bytes > impl.operand_bytes) {
+    if (impl.operands) TEDSIM_CUDA_CHECK(cudaFree(impl.operands));  // waits for the GEMMs reading it
+    impl.operands = nullptr;
+    impl.operand_bytes = 0;
+    TEDSIM_CUDA_CHECK(cudaMalloc(&impl.operands, bytes));
+    impl.operand_bytes = bytes;
+  }
+  return impl.operands;
+}
+}  // namespace
+
 void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
                        int ldb, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
-  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b,
-                                   CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &op.beta, c, CUDA_R_32F, ldc,
-                                   CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+  // Stored shapes: A is [m,k] ([k,m] transposed), B is [k,n] ([n,k] transposed).
+  const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
+  const int b_rows = op.trans_b ? n : k, b_cols = op.trans_b ? k : n;
+  const std::size_t a_bytes = static_cast<std::size_t>(a_rows) * a_cols * 2;
+  const std::size_t b_offset = (a_bytes + 255) / 256 * 256;  // cuBLAS's fastest kernels want aligned operands
+  const std::size_t b_bytes = static_cast<std::size_t>(b_rows) * b_cols * 2;
+  char* scratch = static_cast<char*>(operand_scratch(h.impl(), b_offset + b_bytes + 2));
+  void* a16 = scratch;
+  void* b16 = scratch + b_offset;
+  convert_rows_to_bf16(a_rows, a_cols, a, lda, a16);
+  convert_rows_to_bf16(b_rows, b_cols, b, ldb, b16);
+  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b16,
+                                   CUDA_R_16BF, b_cols > 0 ? b_cols : 1, a16, CUDA_R_16BF, a_cols > 0 ? a_cols : 1,
+                                   &op.beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void gemm_strided_batched(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda,

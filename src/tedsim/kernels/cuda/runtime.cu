@@ -2,6 +2,7 @@
 // drive the kernels from plain C++.
 #include "tedsim/kernels/cuda/common.cuh"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
+#include "tedsim/kernels/cuda/step_kernels.hpp"
 
 namespace tedsim::kernels::cuda {
 
@@ -67,6 +68,25 @@ void convert_to_fp32(const void* src, Dtype src_type, float* dst, std::size_t n)
     using T = decltype(tag);
     convert_kernel<T, float><<<detail::blocks_for(n, 256), 256>>>(static_cast<const T*>(src), dst, n);
   });
+  TEDSIM_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+__global__ void rows_to_bf16_kernel(std::size_t rows, std::size_t cols, const float* src, std::size_t ld,
+                                    __nv_bfloat16* dst) {
+  const std::size_t n = rows * cols;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t r = i / cols, c = i - r * cols;
+    dst[i] = __float2bfloat16_rn(src[r * ld + c]);
+  }
+}
+}  // namespace
+
+void convert_rows_to_bf16(int rows, int cols, const float* src, int ld, void* dst) {
+  if (rows <= 0 || cols <= 0) return;
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  rows_to_bf16_kernel<<<detail::blocks_for(n, 256), 256>>>(rows, cols, src, ld, static_cast<__nv_bfloat16*>(dst));
   TEDSIM_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,10 +28,15 @@ void fill_zero(void* ptr, std::size_t bytes);           // cudaMemsetAsync
 
 // ---------------------------------------------------------------- GEMM
 // Row-major fp32 A, B, C with cpu::gemm()'s semantics (GemmOp alpha/beta/transposes), multiplied
-// on bf16 tensor cores with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF): fp32 master weights
-// and activations, bf16 arithmetic.
+// on bf16 tensor cores with fp32 accumulation: A and B are first rounded to packed bf16 copies
+// (convert_rows_to_bf16, into scratch the handle keeps), then multiplied as bf16 storage into fp32
+// C. cuBLAS's own fp32-storage path (CUBLAS_COMPUTE_32F_FAST_16BF) ran the step's GEMMs about
+// 3.7x slower on an H200 than the bf16-storage GEMMs calibration times (reports/device/).
 void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
                        int ldb, float* c, int ldc);
+// dst [rows, cols] packed bf16 = src [rows, cols] (leading dimension ld >= cols) rounded to the
+// nearest bf16, ties to even (cpu/bf16.hpp round_to_bf16).
+void convert_rows_to_bf16(int rows, int cols, const float* src, int ld, void* dst);
 
 // ---------------------------------------------------------------- element-wise
 void add_into(std::size_t n, const float* a, float* y);  // y += a
