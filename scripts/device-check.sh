@@ -6,6 +6,9 @@
 #   3. a quick CUDA calibration of gpu-moe on one rank;
 #   4. a one-GPU validation of gpu-moe predicted from that profile, then of cpu-qwen-moe;
 #   5. the rest of the build and the GPU-labelled ctest.
+# Between 2 and 3, bench_gpu_gemm times the step's GEMM against fp32-storage FAST_16BF and bf16
+# storage on gpu-moe's shapes. TEDSIM_DEVICE_QUICK=1 skips the small-model validation and section 5
+# (about 100 s) for a rerun within one lease.
 # Every log, the profile and the validation JSON go to /tmp/tedsim-device, which is packed into
 # OUTDIR/device-logs.tgz after each section (the lent machine returns at most 8 files), and the
 # summary to OUTDIR/summary.txt. Budget: about 7 minutes (build included) on a 16-core machine with an H200.
@@ -89,14 +92,15 @@ fi
 
 section "configure (CUDA, sm_90)"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTEDSIM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DTEDSIM_BENCHMARKS=OFF "${nccl_args[@]}" > "$LOG/configure.log" 2>&1
+  -DTEDSIM_BENCHMARKS=ON "${nccl_args[@]}" > "$LOG/configure.log" 2>&1
 RC[configure]=$?
 grep -E "tedsim:|Error" "$LOG/configure.log"
 [ "${RC[configure]}" = 0 ] || { tail -30 "$LOG/configure.log"; exit 1; }
 
 section "build: tedsim, GPU kernel tests, runtime tests (-j$JOBS)"
 gpu_tests=(test_gpu_kernels test_gpu_step_kernels test_gpu_router test_gpu_fp8)
-timeout 240 cmake --build "$BUILD" -j"$JOBS" --target tedsim "${gpu_tests[@]}" test_runtime > "$LOG/build.log" 2>&1
+timeout 240 cmake --build "$BUILD" -j"$JOBS" --target tedsim "${gpu_tests[@]}" test_runtime bench_gpu_gemm \
+  > "$LOG/build.log" 2>&1
 RC[build]=$?
 tail -3 "$LOG/build.log"
 [ "${RC[build]}" = 0 ] || { grep -E "error|Error" "$LOG/build.log" | head -40; exit 1; }
@@ -114,7 +118,13 @@ timeout 120 mpirun -np 1 --mca btl self,vader "$BUILD/tests/runtime/test_runtime
   > "$LOG/gpu-step.log" 2>&1
 RC[gpu_step]=$?
 grep -E "^\[ +(OK|FAILED|PASSED) |tests ran" "$LOG/gpu-step.log" | head -30
+grep -E "largest relative|routed some token" "$LOG/gpu-step.log"
 grep -B2 -A12 "Failure" "$LOG/gpu-step.log" | head -60
+
+section "GEMM paths on gpu-moe's shapes: the step's, fp32-storage FAST_16BF, bf16 storage (TFLOP/s)"
+timeout 90 "$BUILD/tests/gpu/bench_gpu_gemm" --benchmark_counters_tabular=true > "$LOG/bench-gpu-gemm.txt" 2>&1
+RC[bench_gemm]=$?
+grep -E "^(dense|qkv|lm_head|expert)" "$LOG/bench-gpu-gemm.txt" | awk '{print $1, $2, $3, $NF}'
 
 if [ -n "${TEDSIM_DEVICE_PROFILE:-}" ]; then
   # A profile measured on such a machine earlier (reports/device/): spends no device time on it.
@@ -143,6 +153,7 @@ timeout 150 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend
 RC[validate]=$?
 tail -60 "$LOG/validate.log"
 
+if [ -z "${TEDSIM_DEVICE_QUICK:-}" ]; then
 section "validate on one GPU: cpu-qwen-moe (today's router, dropless, RMSNorm, RoPE, q/k norms), analytic h200"
 # That the CUDA step runs this layer and its loss falls is the check; the analytic prediction of a
 # model this small is no test of anything, so the verdict's tolerance is wide.
@@ -151,6 +162,7 @@ timeout 60 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend 
   --tolerance 10 --json "$LOG/validate-cpu-qwen-moe.json" > "$LOG/validate-qwen.log" 2>&1
 RC[validate_qwen]=$?
 tail -25 "$LOG/validate-qwen.log"
+fi
 
 section "gpu-moe again, every kernel call timed (fenced) beside the prediction's price"
 timeout 90 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model gpu-moe \
@@ -159,6 +171,7 @@ timeout 90 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend 
 RC[kernel_times]=$?
 grep -A60 -i "kernel" "$LOG/validate-kernel-times.log" | tail -45
 
+[ -n "${TEDSIM_DEVICE_QUICK:-}" ] && exit 0
 section "the rest of the build, then the GPU-labelled ctest"
 timeout 150 cmake --build "$BUILD" -j"$JOBS" > "$LOG/build-rest.log" 2>&1
 RC[build_rest]=$?

@@ -129,12 +129,14 @@ class StepOps {
                            float scale, float* logits) = 0;
 };
 
-// CPU: host memory, Eigen, the CPU kernels.
-std::unique_ptr<StepOps> make_cpu_step_ops();
+// CPU: host memory, Eigen, the CPU kernels. bf16_gemm_operands: round every GEMM's operands to
+// bf16 first, as the CUDA step does, so that the two steps can be compared beyond that rounding.
+std::unique_ptr<StepOps> make_cpu_step_ops(bool bf16_gemm_operands = false);
 // Throws RunError when `backend` cannot run here (cuda: a build without CUDA, or no usable device).
 // Touches no device, so it is safe before each rank has selected its own.
 void require_step_ops(Backend backend);
 // The ops for `backend` (on the current device for cuda); throws as require_step_ops does.
-std::unique_ptr<StepOps> make_step_ops(Backend backend);
+// bf16_gemm_operands applies to the CPU ops (the CUDA ops always round GEMM operands to bf16).
+std::unique_ptr<StepOps> make_step_ops(Backend backend, bool bf16_gemm_operands = false);
 
 }  // namespace tedsim::runtime

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "tedsim/core/error.hpp"
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/attention.hpp"
+#include "tedsim/kernels/cpu/bf16.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/kernels/cpu/rmsnorm.hpp"
@@ -27,6 +29,14 @@ const kernels::GatingOutput& gate_of(const Routing& r) {
   return c.generic ? c.router.gate : c.gate;
 }
 
+// rows x cols of src (leading dimension ld) rounded to bf16 into dst, packed (leading dimension cols).
+void round_rows_to_bf16(int rows, int cols, const float* src, int ld, std::vector<float>& dst) {
+  dst.resize(static_cast<std::size_t>(std::max(rows, 0)) * std::max(cols, 0));
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      dst[static_cast<std::size_t>(r) * cols + c] = kernels::round_to_bf16(src[static_cast<std::size_t>(r) * ld + c]);
+}
+
 void add_rows(std::size_t n, const float* a, float* y) {
 #pragma omp simd
   for (std::size_t i = 0; i < n; ++i) y[i] += a[i];
@@ -34,6 +44,7 @@ void add_rows(std::size_t n, const float* a, float* y) {
 
 class CpuStepOps final : public StepOps {
  public:
+  explicit CpuStepOps(bool bf16_gemm_operands) : bf16_gemm_operands_(bf16_gemm_operands) {}
   Backend backend() const override { return Backend::cpu; }
   MemorySpace& memory() override { return host_memory(); }
   void fence() override {}
@@ -50,7 +61,16 @@ class CpuStepOps final : public StepOps {
 
   void gemm(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
             int ldc) override {
-    kernels::gemm(op, m, n, k, a, lda, b, ldb, c, ldc);
+    if (!bf16_gemm_operands_) {
+      kernels::gemm(op, m, n, k, a, lda, b, ldb, c, ldc);
+      return;
+    }
+    // The CUDA step's rounding (cuda::gemm_bf16_compute): operands to bf16, products summed in fp32.
+    const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
+    const int b_rows = op.trans_b ? n : k, b_cols = op.trans_b ? k : n;
+    round_rows_to_bf16(a_rows, a_cols, a, lda, a16_);
+    round_rows_to_bf16(b_rows, b_cols, b, ldb, b16_);
+    kernels::gemm(op, m, n, k, a16_.data(), std::max(a_cols, 1), b16_.data(), std::max(b_cols, 1), c, ldc);
   }
   void add_into(std::size_t n, const float* a, float* y) override { add_rows(n, a, y); }
   void layernorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, const float* beta,
@@ -249,10 +269,15 @@ class CpuStepOps final : public StepOps {
             std::memcpy(dst + head, src + tok, sizeof(float) * hd);
         }
   }
+
+  bool bf16_gemm_operands_;
+  std::vector<float> a16_, b16_;  // the rounded operands
 };
 
 }  // namespace
 
-std::unique_ptr<StepOps> make_cpu_step_ops() { return std::make_unique<CpuStepOps>(); }
+std::unique_ptr<StepOps> make_cpu_step_ops(bool bf16_gemm_operands) {
+  return std::make_unique<CpuStepOps>(bf16_gemm_operands);
+}
 
 }  // namespace tedsim::runtime

@@ -20,9 +20,9 @@ void require_step_ops(Backend backend) {
     throw RunError("--backend cuda: no CUDA device: " + why + "; use --backend cpu");
 }
 
-std::unique_ptr<StepOps> make_step_ops(Backend backend) {
+std::unique_ptr<StepOps> make_step_ops(Backend backend, bool bf16_gemm_operands) {
   require_step_ops(backend);
-  if (backend == Backend::cpu) return make_cpu_step_ops();
+  if (backend == Backend::cpu) return make_cpu_step_ops(bf16_gemm_operands);
 #if TEDSIM_KERNELS_HAVE_CUDA
   return make_cuda_step_ops();
 #else

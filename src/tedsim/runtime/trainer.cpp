@@ -81,7 +81,8 @@ struct Trainer::Impl {
 };
 
 Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o)
-    : ops_holder(o.census ? with_census(make_step_ops(w.backend()), *o.census) : make_step_ops(w.backend())),
+    : ops_holder(o.census ? with_census(make_step_ops(w.backend(), o.cpu_bf16_gemm_operands), *o.census)
+                          : make_step_ops(w.backend(), o.cpu_bf16_gemm_operands)),
       ops(*ops_holder),
       memory_scope(ops.memory()),
       world(w),

@@ -61,6 +61,8 @@ struct TrainerOptions {
   // kOptimizerTileElems), so that validate runs the launches the prediction prices.
   std::size_t optimizer_tile = std::size_t{16} << 20;
   bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
+  // CPU step only: round GEMM operands to bf16 as the CUDA step does (the GPU tests' reference).
+  bool cpu_bf16_gemm_operands = false;
   bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
   bool record_slices = false;     // keep each timed region of a step (StepStats::slices)
   // Counts every kernel the step runs (kernel_census.hpp); must outlive the Trainer.

@@ -1,5 +1,7 @@
 // Device memory, synchronization and dtype conversion: the plumbing tests and benchmarks need to
 // drive the kernels from plain C++.
+#include <algorithm>
+
 #include "tedsim/kernels/cuda/common.cuh"
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
@@ -72,21 +74,25 @@ void convert_to_fp32(const void* src, Dtype src_type, float* dst, std::size_t n)
 }
 
 namespace {
-__global__ void rows_to_bf16_kernel(std::size_t rows, std::size_t cols, const float* src, std::size_t ld,
-                                    __nv_bfloat16* dst) {
-  const std::size_t n = rows * cols;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const std::size_t r = i / cols, c = i - r * cols;
-    dst[i] = __float2bfloat16_rn(src[r * ld + c]);
+// A 2D grid, columns on x and rows on y, each stepping by its grid: no per-element division (a
+// 64-bit one is a long software sequence on the GPU and would make this copy compute-bound).
+__global__ void rows_to_bf16_kernel(int rows, int cols, const float* src, std::size_t ld, __nv_bfloat16* dst) {
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float* in = src + static_cast<std::size_t>(r) * ld;
+    __nv_bfloat16* out = dst + static_cast<std::size_t>(r) * cols;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+      out[c] = __float2bfloat16_rn(in[c]);
   }
 }
 }  // namespace
 
 void convert_rows_to_bf16(int rows, int cols, const float* src, int ld, void* dst) {
   if (rows <= 0 || cols <= 0) return;
-  const std::size_t n = static_cast<std::size_t>(rows) * cols;
-  rows_to_bf16_kernel<<<detail::blocks_for(n, 256), 256>>>(rows, cols, src, ld, static_cast<__nv_bfloat16*>(dst));
+  const unsigned threads = 256;
+  const unsigned col_blocks = static_cast<unsigned>(std::min((cols + threads - 1) / threads, 64u));
+  const unsigned row_blocks = static_cast<unsigned>(std::min(rows, 65535));
+  rows_to_bf16_kernel<<<dim3(col_blocks, row_blocks), threads>>>(rows, cols, src, static_cast<std::size_t>(ld),
+                                                                 static_cast<__nv_bfloat16*>(dst));
   TEDSIM_CUDA_CHECK_LAUNCH();
 }
 

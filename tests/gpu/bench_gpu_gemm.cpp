@@ -1,0 +1,105 @@
+// The CUDA step's GEMM against the GEMMs it could be, on gpu-moe's shapes (2048 tokens, hidden
+// 2048, ffn 8192, vocabulary 50304, 128 tokens per expert), each in the step's three layouts
+// (forward NN, input gradient NT, weight gradient TN):
+//   step      cuda::gemm_bf16_compute: fp32 tensors, rounded to bf16 copies, bf16 GEMM into fp32
+//   fast16bf  fp32 tensors straight into cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF (the step's
+//             GEMM before; it ran 3.7x slower than calibrated on an H200)
+//   bf16      bf16 tensors, bf16 GEMM into bf16 (what calibrate times and Megatron runs)
+// Counters: TFLOP/s. One process, one device, so the three compare as ratios.
+//   bench_gpu_gemm [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tedsim/kernels/cpu/gemm.hpp"
+#include "tedsim/kernels/cuda/cuda_kernels.hpp"
+#include "tedsim/kernels/cuda/step_kernels.hpp"
+#include "tedsim/kernels/device.hpp"
+
+namespace cu = tedsim::kernels::cuda;
+using tedsim::Dtype;
+using tedsim::kernels::GemmOp;
+
+namespace {
+
+enum Path { kStep, kFast16bf, kBf16 };
+enum Layout { kNN, kNT, kTN };
+
+struct Shape {
+  const char* name;
+  int m, n, k;
+};
+const Shape kShapes[] = {{"dense_fc1", 2048, 8192, 2048}, {"dense_fc2", 2048, 2048, 8192},
+                         {"qkv", 2048, 6144, 2048},        {"lm_head", 2048, 50304, 2048},
+                         {"expert_fc1", 128, 8192, 2048}};
+
+void run(benchmark::State& state, Shape s, Path path, Layout layout) {
+  GemmOp op;
+  op.trans_a = layout == kTN;
+  op.trans_b = layout == kNT;
+  const int lda = op.trans_a ? s.m : s.k, ldb = op.trans_b ? s.k : s.n;
+  const std::size_t elem = path == kBf16 ? 2 : 4;
+  cu::DeviceBuffer a(static_cast<std::size_t>(s.m) * s.k * elem), b(static_cast<std::size_t>(s.k) * s.n * elem),
+      c(static_cast<std::size_t>(s.m) * s.n * elem);
+  a.zero();
+  b.zero();
+  c.zero();
+  cu::BlasHandle blas;
+  cublasHandle_t raw = nullptr;
+  if (path == kFast16bf) cublasCreate(&raw);
+  auto once = [&] {
+    switch (path) {
+      case kStep:
+        cu::gemm_bf16_compute(blas, op, s.m, s.n, s.k, a.as<float>(), lda, b.as<float>(), ldb, c.as<float>(), s.n);
+        break;
+      case kBf16: cu::gemm(blas, Dtype::bf16, op, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c.data(), s.n); break;
+      case kFast16bf:
+        // Row-major through column-major cuBLAS, as cuda/blas.cu does.
+        cublasGemmEx(raw, op.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m,
+                     s.k, &op.alpha, b.data(), CUDA_R_32F, ldb, a.data(), CUDA_R_32F, lda, &op.beta, c.data(),
+                     CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+        break;
+    }
+  };
+  once();  // cuBLAS's heuristics and the step's scratch, outside the timing
+  cu::synchronize();
+  constexpr int kCallsPerIteration = 10;  // one synchronization per ten GEMMs
+  for (auto _ : state) {
+    for (int i = 0; i < kCallsPerIteration; ++i) once();
+    cu::synchronize();
+  }
+  if (raw) cublasDestroy(raw);
+  const double flops = 2.0 * s.m * s.n * s.k * kCallsPerIteration;
+  state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_all() {
+  const char* paths[] = {"step", "fast16bf", "bf16"};
+  const char* layouts[] = {"NN", "NT", "TN"};
+  for (const Shape& s : kShapes)
+    for (int l = 0; l < 3; ++l)
+      for (int p = 0; p < 3; ++p)
+        benchmark::RegisterBenchmark((std::string(s.name) + "/" + layouts[l] + "/" + paths[p]).c_str(), run, s,
+                                     Path(p), Layout(l))
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.05);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (tedsim::kernels::cuda_device_count() == 0) {
+    std::printf("bench_gpu_gemm: no CUDA device (%s); nothing to time\n",
+                tedsim::kernels::describe_cuda_unavailable().c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
