@@ -5,7 +5,11 @@
 //   fast16bf  fp32 tensors straight into cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF (the step's
 //             GEMM before; it ran 3.7x slower than calibrated on an H200)
 //   bf16      bf16 tensors, bf16 GEMM into bf16 (what calibrate times and Megatron runs)
-// Counters: TFLOP/s. One process, one device, so the three compare as ratios.
+// and the step's two parts apart, to say which one costs what:
+//   round     only the step's rounding of both operands to bf16 copies (TFLOP/s of the GEMM it
+//             serves, so the time is what compares)
+//   bf16_f32  bf16 tensors, bf16 GEMM into fp32 (the step's GEMM without the rounding)
+// Counters: TFLOP/s. One process, one device, so the paths compare as ratios.
 //   bench_gpu_gemm [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -25,7 +29,7 @@ using tedsim::kernels::GemmOp;
 
 namespace {
 
-enum Path { kStep, kFast16bf, kBf16 };
+enum Path { kStep, kFast16bf, kBf16, kRound, kBf16F32 };
 enum Layout { kNN, kNT, kTN };
 
 struct Shape {
@@ -41,15 +45,16 @@ void run(benchmark::State& state, Shape s, Path path, Layout layout) {
   op.trans_a = layout == kTN;
   op.trans_b = layout == kNT;
   const int lda = op.trans_a ? s.m : s.k, ldb = op.trans_b ? s.k : s.n;
-  const std::size_t elem = path == kBf16 ? 2 : 4;
-  cu::DeviceBuffer a(static_cast<std::size_t>(s.m) * s.k * elem), b(static_cast<std::size_t>(s.k) * s.n * elem),
-      c(static_cast<std::size_t>(s.m) * s.n * elem);
+  const std::size_t in_elem = path == kBf16 || path == kBf16F32 ? 2 : 4, out_elem = path == kBf16 ? 2 : 4;
+  cu::DeviceBuffer a(static_cast<std::size_t>(s.m) * s.k * in_elem), b(static_cast<std::size_t>(s.k) * s.n * in_elem),
+      c(static_cast<std::size_t>(s.m) * s.n * out_elem), rounded(static_cast<std::size_t>(s.m + s.n) * s.k * 2);
   a.zero();
   b.zero();
   c.zero();
   cu::BlasHandle blas;
   cublasHandle_t raw = nullptr;
-  if (path == kFast16bf) cublasCreate(&raw);
+  if (path == kFast16bf || path == kBf16F32) cublasCreate(&raw);
+  const int a_rows = op.trans_a ? s.k : s.m, b_rows = op.trans_b ? s.n : s.k;
   auto once = [&] {
     switch (path) {
       case kStep:
@@ -61,6 +66,16 @@ void run(benchmark::State& state, Shape s, Path path, Layout layout) {
         cublasGemmEx(raw, op.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m,
                      s.k, &op.alpha, b.data(), CUDA_R_32F, ldb, a.data(), CUDA_R_32F, lda, &op.beta, c.data(),
                      CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+        break;
+      case kRound:
+        cu::convert_rows_to_bf16(a_rows, lda, a.as<float>(), lda, rounded.data());
+        cu::convert_rows_to_bf16(b_rows, ldb, b.as<float>(), ldb,
+                                 rounded.as<char>() + static_cast<std::size_t>(s.m) * s.k * 2);
+        break;
+      case kBf16F32:
+        cublasGemmEx(raw, op.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m,
+                     s.k, &op.alpha, b.data(), CUDA_R_16BF, ldb, a.data(), CUDA_R_16BF, lda, &op.beta, c.data(),
+                     CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         break;
     }
   };
@@ -77,11 +92,11 @@ void run(benchmark::State& state, Shape s, Path path, Layout layout) {
 }
 
 void register_all() {
-  const char* paths[] = {"step", "fast16bf", "bf16"};
+  const char* paths[] = {"step", "fast16bf", "bf16", "round", "bf16_f32"};
   const char* layouts[] = {"NN", "NT", "TN"};
   for (const Shape& s : kShapes)
     for (int l = 0; l < 3; ++l)
-      for (int p = 0; p < 3; ++p)
+      for (int p = 0; p < 5; ++p)
         benchmark::RegisterBenchmark((std::string(s.name) + "/" + layouts[l] + "/" + paths[p]).c_str(), run, s,
                                      Path(p), Layout(l))
             ->UseRealTime()
