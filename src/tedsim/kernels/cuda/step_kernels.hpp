@@ -30,8 +30,9 @@ void fill_zero(void* ptr, std::size_t bytes);           // cudaMemsetAsync
 // Row-major fp32 A, B, C with cpu::gemm()'s semantics (GemmOp alpha/beta/transposes), multiplied
 // on bf16 tensor cores with fp32 accumulation: A and B are first rounded to packed bf16 copies
 // (convert_rows_to_bf16, into scratch the handle keeps), then multiplied as bf16 storage into fp32
-// C. cuBLAS's own fp32-storage path (CUBLAS_COMPUTE_32F_FAST_16BF) ran the step's GEMMs about
-// 3.7x slower on an H200 than the bf16-storage GEMMs calibration times (reports/device/).
+// C. Rounding first makes the result one a CPU reference reproduces (round_to_bf16, then fp32
+// sums); cuBLAS's own fp32-storage path (CUBLAS_COMPUTE_32F_FAST_16BF) rounds in ways no reference
+// states. Both run below bf16 storage on an H200 (tests/gpu/bench_gpu_gemm.cpp, reports/device/).
 void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
                        int ldb, float* c, int ldc);
 // dst [rows, cols] packed bf16 = src [rows, cols] (leading dimension ld >= cols) rounded to the
