@@ -271,6 +271,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
           << "while the prediction assumes " << to_string(in.model.dtype)
           << " activations and messages: expect measured memory and collective times above the prediction\n";
     out << "loss: " << fixed(run.losses.front(), 4) << " (first step) -> " << fixed(run.losses.back(), 4) << " (last)\n";
+    if (std::isfinite(run.held_out_before))
+      out << "loss on a held-out batch (step " << run.held_out_batch + 1 << "'s samples, never trained on): "
+          << fixed(run.held_out_before, 4) << " before the first step -> " << fixed(run.held_out_after, 4)
+          << " after the last\n";
     // Dropless: the load imbalance the step saw beside the one the prediction assumed, and the
     // prediction again with the measured load. What sets the pace is the busiest expert rank's
     // rows; the prediction derives them from the busiest expert's (busiest_rank_load), so it is
@@ -356,6 +360,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                             {"error_with_measured", rel_error_json(repredicted_s, run.iteration.median)}};
       doc["config"] = config_json(c, in.model);
       doc["losses"] = run.losses;
+      if (std::isfinite(run.held_out_before))
+        doc["held_out_loss"] = {{"batch", run.held_out_batch + 1},
+                                {"before", run.held_out_before},
+                                {"after", run.held_out_after}};
       doc["model"] = in.model.name;
       doc["topology"] = in.topology.name;
       doc["profile"] = in.profile->describe();

@@ -2,6 +2,8 @@
 // 2048, ffn 8192, vocabulary 50304, 128 tokens per expert), each in the step's three layouts
 // (forward NN, input gradient NT, weight gradient TN):
 //   step      cuda::gemm_bf16_compute: fp32 tensors, rounded to bf16 copies, bf16 GEMM into fp32
+//   step_w    the step's GEMM on a weight (forward, input gradient): only A is rounded, B's bf16
+//             copy is made once per step (cuda::gemm_bf16_compute_rounded_b, weight_copies.hpp)
 //   fast16bf  fp32 tensors straight into cuBLAS with CUBLAS_COMPUTE_32F_FAST_16BF (the step's
 //             GEMM before; it ran 3.7x slower than calibrated on an H200)
 //   bf16      bf16 tensors, bf16 GEMM into bf16 (what calibrate times and Megatron runs)
@@ -29,7 +31,7 @@ using tedsim::kernels::GemmOp;
 
 namespace {
 
-enum Path { kStep, kFast16bf, kBf16, kRound, kBf16F32 };
+enum Path { kStep, kFast16bf, kBf16, kRound, kBf16F32, kStepWeight };
 enum Layout { kNN, kNT, kTN };
 
 struct Shape {
@@ -59,6 +61,10 @@ void run(benchmark::State& state, Shape s, Path path, Layout layout) {
     switch (path) {
       case kStep:
         cu::gemm_bf16_compute(blas, op, s.m, s.n, s.k, a.as<float>(), lda, b.as<float>(), ldb, c.as<float>(), s.n);
+        break;
+      case kStepWeight:
+        cu::gemm_bf16_compute_rounded_b(blas, op, s.m, s.n, s.k, a.as<float>(), lda, rounded.data(), c.as<float>(),
+                                        s.n);
         break;
       case kBf16: cu::gemm(blas, Dtype::bf16, op, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, c.data(), s.n); break;
       case kFast16bf:
@@ -92,16 +98,18 @@ void run(benchmark::State& state, Shape s, Path path, Layout layout) {
 }
 
 void register_all() {
-  const char* paths[] = {"step", "fast16bf", "bf16", "round", "bf16_f32"};
+  const char* paths[] = {"step", "fast16bf", "bf16", "round", "bf16_f32", "step_w"};
   const char* layouts[] = {"NN", "NT", "TN"};
   for (const Shape& s : kShapes)
     for (int l = 0; l < 3; ++l)
-      for (int p = 0; p < 5; ++p)
+      for (int p = 0; p < 6; ++p) {
+        if (Path(p) == kStepWeight && Layout(l) == kTN) continue;  // the weight gradient reads no weight
         benchmark::RegisterBenchmark((std::string(s.name) + "/" + layouts[l] + "/" + paths[p]).c_str(), run, s,
                                      Path(p), Layout(l))
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.05);
+      }
 }
 
 }  // namespace

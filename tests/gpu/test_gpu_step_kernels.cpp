@@ -125,22 +125,27 @@ TEST_F(GpuStep, Copy2dMovesRowsBetweenPitches) {
 // ---------------------------------------------------------------- GEMM
 
 TEST_F(GpuStep, ConvertRowsToBf16RoundsLikeTheCpu) {
+  // Four columns at a time where columns, leading dimension and alignment allow (37x300, 3x1000,
+  // 16x64), one at a time elsewhere (33 columns; a source one float off 16-byte alignment).
   struct Case {
-    int rows, cols, ld;
+    int rows, cols, ld, offset;
   };
-  for (Case c : {Case{1, 1, 1}, Case{37, 300, 300}, Case{64, 33, 40}, Case{3, 1000, 1024}}) {
-    auto src = random_vector(static_cast<std::size_t>(c.rows) * c.ld, 21, -3, 3);
+  for (Case c : {Case{1, 1, 1, 0}, Case{37, 300, 300, 0}, Case{64, 33, 40, 0}, Case{3, 1000, 1024, 0},
+                 Case{16, 64, 64, 0}, Case{16, 64, 64, 1}}) {
+    auto src = random_vector(static_cast<std::size_t>(c.rows) * c.ld + c.offset, 21, -3, 3);
     // Ties and edges: 1 + 2^-8 (a tie to the even 1), 1 + 3 * 2^-8 (a tie to the even 1 + 2^-6).
-    src[0] = 1.0f + std::ldexp(1.0f, -8);
-    if (src.size() > 1) src[1] = 1.0f + std::ldexp(3.0f, -8);
-    if (src.size() > 2) src[2] = std::numeric_limits<float>::infinity();
+    src[c.offset] = 1.0f + std::ldexp(1.0f, -8);
+    const std::size_t at = static_cast<std::size_t>(c.offset);
+    if (src.size() > 1 + at) src[1 + at] = 1.0f + std::ldexp(3.0f, -8);
+    if (src.size() > 2 + at) src[2 + at] = std::numeric_limits<float>::infinity();
+    if (src.size() > 3 + at) src[3 + at] = -std::numeric_limits<float>::max();  // rounds to -inf
     DevF d_src(src);
     gpu_test::Dev<std::uint16_t> d_dst(static_cast<std::size_t>(c.rows) * c.cols, 0xdeadu);
-    cu::convert_rows_to_bf16(c.rows, c.cols, d_src.ptr(), c.ld, d_dst.ptr());
+    cu::convert_rows_to_bf16(c.rows, c.cols, d_src.ptr() + c.offset, c.ld, d_dst.ptr());
     const std::vector<std::uint16_t> got = d_dst.host();
     for (int r = 0; r < c.rows; ++r) {
       for (int x = 0; x < c.cols; ++x) {
-        const float want = round_to_bf16(src[static_cast<std::size_t>(r) * c.ld + x]);
+        const float want = round_to_bf16(src[static_cast<std::size_t>(r) * c.ld + x + c.offset]);
         std::uint32_t want_bits;
         std::memcpy(&want_bits, &want, sizeof want_bits);
         ASSERT_EQ(got[static_cast<std::size_t>(r) * c.cols + x], want_bits >> 16)
@@ -150,7 +155,7 @@ TEST_F(GpuStep, ConvertRowsToBf16RoundsLikeTheCpu) {
   }
 }
 
-TEST_F(GpuStep, GemmBf16ComputeMatchesCpuGemmOnBf16Operands) {
+TEST_F(GpuStep, GemmBf16ComputeMatchesCpuGemmOnBf16Operands) {  // and gemm_bf16_compute_rounded_b
   cu::BlasHandle handle;
   struct Shape {
     int m, n, k, pad;  // pad: extra columns of leading dimension on A and B
@@ -177,6 +182,17 @@ TEST_F(GpuStep, GemmBf16ComputeMatchesCpuGemmOnBf16Operands) {
           cu::gemm_bf16_compute(handle, op, s.m, s.n, s.k, da.ptr(), a_cols, db.ptr(), b_cols, dc.ptr(), s.n);
           expect_close(dc.host(), ref, 1e-4, max_abs(ref) + 1e-6,
                        "gemm_bf16_compute m" + std::to_string(s.m) + " k" + std::to_string(s.k) + " ta" +
+                           std::to_string(ta) + " tb" + std::to_string(tb) + " pad" + std::to_string(s.pad) +
+                           " beta" + std::to_string(beta));
+          // The same with B rounded beforehand, as the step's weight copies are.
+          const int b_used = b_cols - s.pad;
+          gpu_test::Dev<std::uint16_t> b_rounded(static_cast<std::size_t>(b_rows) * b_used + 1, 0xdeadu);
+          cu::convert_rows_to_bf16(b_rows, b_used, db.ptr(), b_cols, b_rounded.ptr());
+          DevF dc2(c0);
+          cu::gemm_bf16_compute_rounded_b(handle, op, s.m, s.n, s.k, da.ptr(), a_cols, b_rounded.ptr(), dc2.ptr(),
+                                          s.n);
+          expect_close(dc2.host(), ref, 1e-4, max_abs(ref) + 1e-6,
+                       "gemm_bf16_compute_rounded_b m" + std::to_string(s.m) + " k" + std::to_string(s.k) + " ta" +
                            std::to_string(ta) + " tb" + std::to_string(tb) + " pad" + std::to_string(s.pad) +
                            " beta" + std::to_string(beta));
         }

@@ -33,6 +33,12 @@ class CensusOps final : public StepOps {
     const Call call = count("gemm", double(m) * double(n));
     in_->gemm(op, m, n, k, a, lda, b, ldb, c, ldc);
   }
+  void gemm_weight(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+                   float* c, int ldc) override {
+    const Call call = count("gemm", double(m) * double(n));  // the same kernel as gemm's, priced alike
+    in_->gemm_weight(op, m, n, k, a, lda, w, ldw, c, ldc);
+  }
+  void parameters_changed() override { in_->parameters_changed(); }
   void add_into(std::size_t n, const float* a, float* y) override {
     const Call call = count("add_into", double(n));
     in_->add_into(n, a, y);

@@ -95,6 +95,12 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
   measured.track_imbalance = model.is_moe() && model.moe.dropless();
   Trainer trainer(world, model, config, measured);
   run.description = trainer.describe();
+  const bool held_out = options.census == nullptr;
+  run.held_out_batch = warmup + iterations;
+  if (held_out) run.held_out_before = trainer.global_loss(run.held_out_batch);
+  // The evaluation's load samples are not a step's.
+  const auto skip_imbalance = static_cast<std::ptrdiff_t>(trainer.imbalance_samples().size());
+  const auto skip_rank_load = static_cast<std::ptrdiff_t>(trainer.rank_load_samples().size());
   long step = 0;  // the watchdog's step count (where --inject-fault strikes), warm-up included
   for (int i = 0; i < warmup; ++i) {
     watchdog::at_step(++step);
@@ -124,8 +130,9 @@ MeasuredRun measure_training(Communicator& world, const ModelSpec& model, const 
   }
   run.iteration = spread_of(run.iteration_s);
   if (options.record_slices) gather_slices(world, traced, run);
-  run.imbalance = trainer.imbalance_samples();
-  run.rank_load = trainer.rank_load_samples();
+  run.imbalance.assign(trainer.imbalance_samples().begin() + skip_imbalance, trainer.imbalance_samples().end());
+  run.rank_load.assign(trainer.rank_load_samples().begin() + skip_rank_load, trainer.rank_load_samples().end());
+  if (held_out) run.held_out_after = trainer.global_loss(run.held_out_batch);
   for (int p = 0; p < kPhaseCount; ++p) {
     std::vector<double> v;
     for (const auto& ph : phases) v.push_back(ph[p]);

@@ -9,6 +9,7 @@
 //  - memory = the peak of the bytes held by the step's own tensors (TrackingAllocator: parameters,
 //    gradients, Adam state, activations, communication buffers), max over ranks, next to the
 //    process's max RSS (getrusage), which also counts MPI's buffers and the binary.
+#include <limits>
 #include <vector>
 
 #include "tedsim/runtime/trainer.hpp"
@@ -23,6 +24,13 @@ Spread spread_of(std::vector<double> values);
 struct MeasuredRun {
   int warmup = 0, iterations = 0;
   std::vector<double> losses;            // every step, warm-up included
+  // Whether the model learns: the loss on one batch no step trains on (the samples of the step
+  // after the last), before the first step and after the last. A step's own loss compares
+  // batches of different difficulty; this compares one batch. NaN where not measured (under a
+  // kernel census, whose counts must be the steps' alone).
+  std::int64_t held_out_batch = 0;
+  double held_out_before = std::numeric_limits<double>::quiet_NaN();
+  double held_out_after = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> iteration_s;       // measured iterations, max over ranks
   Spread iteration;                      // of iteration_s
   PhaseSeconds phase_median{};           // median over iterations of the rank-mean phase time

@@ -8,17 +8,17 @@
 
 namespace tedsim::runtime {
 
-void StepContext::mm(int m, int n, int k, const float* a, const float* b, float* c, float beta) {
+void StepContext::mm(int m, int n, int k, const float* a, const float* w, float* c, float beta) {
   kernels::GemmOp op;
   op.beta = beta;
-  ops.gemm(op, m, n, k, a, k, b, n, c, n);
+  ops.gemm_weight(op, m, n, k, a, k, w, n, c, n);
 }
 
-void StepContext::mm_bt(int m, int n, int k, const float* a, const float* b, float* c, float beta) {
+void StepContext::mm_bt(int m, int n, int k, const float* a, const float* w, float* c, float beta) {
   kernels::GemmOp op;
   op.trans_b = true;
   op.beta = beta;
-  ops.gemm(op, m, n, k, a, k, b, k, c, n);
+  ops.gemm_weight(op, m, n, k, a, k, w, k, c, n);
 }
 
 void StepContext::mm_at_acc(int m, int n, int k, const float* a, const float* b, float* c) {

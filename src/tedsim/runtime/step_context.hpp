@@ -140,9 +140,11 @@ struct StepContext {
   float* P(int id) { return store.param(id); }
   float* G(int id) { return store.grad(id); }
 
-  // Row-major GEMMs. C = A B, C = A B^T, C += A^T B (a stored [k,m], b stored [k,n]).
-  void mm(int m, int n, int k, const float* a, const float* b, float* c, float beta = 0.0f);
-  void mm_bt(int m, int n, int k, const float* a, const float* b, float* c, float beta = 0.0f);
+  // Row-major GEMMs. C = A W, C = A W^T, C += A^T B (a stored [k,m], b stored [k,n]). W is always
+  // a weight, a block of a parameter unchanged within a step (StepOps::gemm_weight); in the weight
+  // gradient's mm_at_acc both operands are activations or gradients.
+  void mm(int m, int n, int k, const float* a, const float* w, float* c, float beta = 0.0f);
+  void mm_bt(int m, int n, int k, const float* a, const float* w, float* c, float beta = 0.0f);
   void mm_at_acc(int m, int n, int k, const float* a, const float* b, float* c);
   void add_into(std::size_t n, const float* a, float* y) { ops.add_into(n, a, y); }
   HeadShape head_shape() const {

@@ -51,6 +51,15 @@ class StepOps {
   // Arithmetic.
   virtual void gemm(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                     float* c, int ldc) = 0;
+  // gemm() whose B operand is a weight (or a block of one) that stays unchanged until the next
+  // parameters_changed(). Backends that round GEMM operands to bf16 round it once per step
+  // (weight_copies.hpp) rather than on every call; the others just multiply.
+  virtual void gemm_weight(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* w,
+                           int ldw, float* c, int ldc) {
+    gemm(op, m, n, k, a, lda, w, ldw, c, ldc);
+  }
+  // Parameters may have changed since the last call: gemm_weight's copies go stale.
+  virtual void parameters_changed() {}
   virtual void add_into(std::size_t n, const float* a, float* y) = 0;  // y += a
   virtual void layernorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma,
                                  const float* beta, float* y, float* mean, float* rstd) = 0;
@@ -129,14 +138,22 @@ class StepOps {
                            float scale, float* logits) = 0;
 };
 
-// CPU: host memory, Eigen, the CPU kernels. bf16_gemm_operands: round every GEMM's operands to
-// bf16 first, as the CUDA step does, so that the two steps can be compared beyond that rounding.
-std::unique_ptr<StepOps> make_cpu_step_ops(bool bf16_gemm_operands = false);
+// How a backend rounds GEMM operands. bf16_operands: round every GEMM's operands to bf16 first, as
+// the CUDA step always does (on the CPU: so that the two steps can be compared beyond that
+// rounding). weight_copies: round gemm_weight's weights once per step, not once per call; the
+// products are the same bits either way (tests/runtime/test_weight_copies.cpp).
+struct GemmRounding {
+  bool bf16_operands = false;
+  bool weight_copies = true;
+};
+
+// CPU: host memory, Eigen, the CPU kernels.
+std::unique_ptr<StepOps> make_cpu_step_ops(GemmRounding rounding = {});
 // Throws RunError when `backend` cannot run here (cuda: a build without CUDA, or no usable device).
 // Touches no device, so it is safe before each rank has selected its own.
 void require_step_ops(Backend backend);
 // The ops for `backend` (on the current device for cuda); throws as require_step_ops does.
-// bf16_gemm_operands applies to the CPU ops (the CUDA ops always round GEMM operands to bf16).
-std::unique_ptr<StepOps> make_step_ops(Backend backend, bool bf16_gemm_operands = false);
+// rounding.bf16_operands applies to the CPU ops (the CUDA ops always round GEMM operands to bf16).
+std::unique_ptr<StepOps> make_step_ops(Backend backend, GemmRounding rounding = {});
 
 }  // namespace tedsim::runtime

@@ -15,6 +15,7 @@
 #include "tedsim/kernels/cpu/rmsnorm.hpp"
 #include "tedsim/kernels/cpu/rotary.hpp"
 #include "tedsim/runtime/step_ops.hpp"
+#include "tedsim/runtime/weight_copies.hpp"
 
 namespace tedsim::runtime {
 namespace {
@@ -30,11 +31,14 @@ const kernels::GatingOutput& gate_of(const Routing& r) {
 }
 
 // rows x cols of src (leading dimension ld) rounded to bf16 into dst, packed (leading dimension cols).
-void round_rows_to_bf16(int rows, int cols, const float* src, int ld, std::vector<float>& dst) {
-  dst.resize(static_cast<std::size_t>(std::max(rows, 0)) * std::max(cols, 0));
+void round_rows_to_bf16(int rows, int cols, const float* src, int ld, float* dst) {
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c)
       dst[static_cast<std::size_t>(r) * cols + c] = kernels::round_to_bf16(src[static_cast<std::size_t>(r) * ld + c]);
+}
+void round_rows_to_bf16(int rows, int cols, const float* src, int ld, std::vector<float>& dst) {
+  dst.resize(static_cast<std::size_t>(std::max(rows, 0)) * std::max(cols, 0));
+  round_rows_to_bf16(rows, cols, src, ld, dst.data());
 }
 
 void add_rows(std::size_t n, const float* a, float* y) {
@@ -44,7 +48,8 @@ void add_rows(std::size_t n, const float* a, float* y) {
 
 class CpuStepOps final : public StepOps {
  public:
-  explicit CpuStepOps(bool bf16_gemm_operands) : bf16_gemm_operands_(bf16_gemm_operands) {}
+  explicit CpuStepOps(GemmRounding rounding)
+      : bf16_gemm_operands_(rounding.bf16_operands), weight_copies_(rounding.weight_copies) {}
   Backend backend() const override { return Backend::cpu; }
   MemorySpace& memory() override { return host_memory(); }
   void fence() override {}
@@ -72,6 +77,21 @@ class CpuStepOps final : public StepOps {
     round_rows_to_bf16(b_rows, b_cols, b, ldb, b16_);
     kernels::gemm(op, m, n, k, a16_.data(), std::max(a_cols, 1), b16_.data(), std::max(b_cols, 1), c, ldc);
   }
+  void gemm_weight(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+                   float* c, int ldc) override {
+    const int w_rows = op.trans_b ? n : k, w_cols = op.trans_b ? k : n;
+    if (!bf16_gemm_operands_ || !weight_copies_ || w_rows <= 0 || w_cols <= 0 || m <= 0) {
+      gemm(op, m, n, k, a, lda, w, ldw, c, ldc);
+      return;
+    }
+    bool stale = false;
+    auto* w16 = static_cast<float*>(copies_.find(w, w_rows, w_cols, ldw, stale));
+    if (stale) round_rows_to_bf16(w_rows, w_cols, w, ldw, w16);
+    const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
+    round_rows_to_bf16(a_rows, a_cols, a, lda, a16_);
+    kernels::gemm(op, m, n, k, a16_.data(), std::max(a_cols, 1), w16, w_cols, c, ldc);
+  }
+  void parameters_changed() override { copies_.invalidate(); }
   void add_into(std::size_t n, const float* a, float* y) override { add_rows(n, a, y); }
   void layernorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, const float* beta,
                          float* y, float* mean, float* rstd) override {
@@ -271,13 +291,15 @@ class CpuStepOps final : public StepOps {
   }
 
   bool bf16_gemm_operands_;
+  bool weight_copies_;
   std::vector<float> a16_, b16_;  // the rounded operands
+  WeightCopies copies_{host_memory(), sizeof(float)};  // bf16 values, held as floats
 };
 
 }  // namespace
 
-std::unique_ptr<StepOps> make_cpu_step_ops(bool bf16_gemm_operands) {
-  return std::make_unique<CpuStepOps>(bf16_gemm_operands);
+std::unique_ptr<StepOps> make_cpu_step_ops(GemmRounding rounding) {
+  return std::make_unique<CpuStepOps>(rounding);
 }
 
 }  // namespace tedsim::runtime

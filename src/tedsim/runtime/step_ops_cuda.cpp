@@ -1,6 +1,7 @@
 // StepOps on a CUDA device: tensors in device memory, GEMMs on bf16 tensor cores with fp32
-// operands and accumulation (fp32 master weights and activations), every other operation a CUDA
-// kernel of kernels/cuda. Built only with CUDA (see CMakeLists.txt).
+// operands and accumulation (fp32 master weights and activations; the weights' bf16 copies made
+// once per step, weight_copies.hpp), every other operation a CUDA kernel of kernels/cuda. Built
+// only with CUDA (see CMakeLists.txt).
 //
 // Host arrays the interface hands over (token ids, targets) are uploaded into small device
 // buffers; scalars the trainer needs on the host (the aux loss, routing choices) are downloaded.
@@ -12,6 +13,7 @@
 #include "tedsim/kernels/cuda/cuda_kernels.hpp"
 #include "tedsim/kernels/cuda/step_kernels.hpp"
 #include "tedsim/runtime/step_ops.hpp"
+#include "tedsim/runtime/weight_copies.hpp"
 
 namespace tedsim::runtime {
 namespace {
@@ -80,6 +82,7 @@ const cu::DeviceGating& gate_of(const Routing& r) {
 
 class CudaStepOps final : public StepOps {
  public:
+  explicit CudaStepOps(bool weight_copies) : weight_copies_(weight_copies) {}
   Backend backend() const override { return Backend::cuda; }
   MemorySpace& memory() override { return memory_; }
   void fence() override { cu::synchronize(); }
@@ -101,6 +104,19 @@ class CudaStepOps final : public StepOps {
             int ldc) override {
     cu::gemm_bf16_compute(blas_, op, m, n, k, a, lda, b, ldb, c, ldc);
   }
+  void gemm_weight(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* w, int ldw,
+                   float* c, int ldc) override {
+    const int w_rows = op.trans_b ? n : k, w_cols = op.trans_b ? k : n;
+    if (!weight_copies_ || w_rows <= 0 || w_cols <= 0 || m <= 0) {
+      gemm(op, m, n, k, a, lda, w, ldw, c, ldc);
+      return;
+    }
+    bool stale = false;
+    void* w16 = copies_.find(w, w_rows, w_cols, ldw, stale);
+    if (stale) cu::convert_rows_to_bf16(w_rows, w_cols, w, ldw, w16);
+    cu::gemm_bf16_compute_rounded_b(blas_, op, m, n, k, a, lda, w16, c, ldc);
+  }
+  void parameters_changed() override { copies_.invalidate(); }
   void add_into(std::size_t n, const float* a, float* y) override { cu::add_into(n, a, y); }
   void layernorm_forward(int rows, int hidden, float eps, const float* x, const float* gamma, const float* beta,
                          float* y, float* mean, float* rstd) override {
@@ -263,13 +279,15 @@ class CudaStepOps final : public StepOps {
     return buf.as<std::int32_t>();
   }
 
+  bool weight_copies_;
   DeviceMemory memory_;
   cu::BlasHandle blas_;
   cu::DeviceBuffer ids_, targets_;
+  WeightCopies copies_{memory_, 2};  // packed bf16; after memory_, which must outlive it
 };
 
 }  // namespace
 
-std::unique_ptr<StepOps> make_cuda_step_ops() { return std::make_unique<CudaStepOps>(); }
+std::unique_ptr<StepOps> make_cuda_step_ops(bool weight_copies) { return std::make_unique<CudaStepOps>(weight_copies); }
 
 }  // namespace tedsim::runtime

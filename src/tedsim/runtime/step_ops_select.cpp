@@ -7,7 +7,7 @@
 namespace tedsim::runtime {
 
 #if TEDSIM_KERNELS_HAVE_CUDA
-std::unique_ptr<StepOps> make_cuda_step_ops();  // step_ops_cuda.cpp
+std::unique_ptr<StepOps> make_cuda_step_ops(bool weight_copies);  // step_ops_cuda.cpp
 #endif
 
 void require_step_ops(Backend backend) {
@@ -20,11 +20,11 @@ void require_step_ops(Backend backend) {
     throw RunError("--backend cuda: no CUDA device: " + why + "; use --backend cpu");
 }
 
-std::unique_ptr<StepOps> make_step_ops(Backend backend, bool bf16_gemm_operands) {
+std::unique_ptr<StepOps> make_step_ops(Backend backend, GemmRounding rounding) {
   require_step_ops(backend);
-  if (backend == Backend::cpu) return make_cpu_step_ops(bf16_gemm_operands);
+  if (backend == Backend::cpu) return make_cpu_step_ops(rounding);
 #if TEDSIM_KERNELS_HAVE_CUDA
-  return make_cuda_step_ops();
+  return make_cuda_step_ops(rounding.weight_copies);
 #else
   return nullptr;  // unreachable: require_step_ops threw
 #endif

@@ -80,9 +80,18 @@ struct Trainer::Impl {
   StepStats step();
 };
 
+namespace {
+GemmRounding rounding_of(const TrainerOptions& o) {
+  GemmRounding r;
+  r.bf16_operands = o.cpu_bf16_gemm_operands;
+  r.weight_copies = o.bf16_weight_copies;
+  return r;
+}
+}  // namespace
+
 Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& o)
-    : ops_holder(o.census ? with_census(make_step_ops(w.backend(), o.cpu_bf16_gemm_operands), *o.census)
-                          : make_step_ops(w.backend(), o.cpu_bf16_gemm_operands)),
+    : ops_holder(o.census ? with_census(make_step_ops(w.backend(), rounding_of(o)), *o.census)
+                          : make_step_ops(w.backend(), rounding_of(o))),
       ops(*ops_holder),
       memory_scope(ops.memory()),
       world(w),
@@ -132,6 +141,9 @@ Trainer::Impl::Impl(Communicator& w, const ModelSpec& m, const ParallelConfig& c
 }
 
 std::array<double, 3> Trainer::Impl::run_micro_batches(std::int64_t it, bool backward) {
+  // Every write to parameters (the optimizer, ZeRO's gathers, a caller through params()) happens
+  // between calls to this, so the weights' bf16 copies are remade at most once per call.
+  ops.parameters_changed();
   const std::array<double, 3> sums = stage->run(it, backward);
   // The backward's last part under SP (Megatron-Core's finalize_model_grads): the replicated
   // parameters' gradients, each tensor rank's from its own tokens, summed over the group.
@@ -222,6 +234,15 @@ double Trainer::loss_and_grads(std::int64_t iteration) {
 }
 
 double Trainer::loss_only(std::int64_t iteration) { return impl_->run_micro_batches(iteration, false)[0]; }
+
+double Trainer::global_loss(std::int64_t iteration) {
+  Impl& m = *impl_;
+  const std::array<double, 3> sums = m.run_micro_batches(iteration, false);
+  float red3[3] = {static_cast<float>(sums[0]), static_cast<float>(sums[1]), static_cast<float>(sums[2])};
+  if (m.ctx.dims.data_size > 1) m.reduce_losses(*m.ctx.dp, red3);
+  if (m.cfg.pp > 1) m.reduce_losses(*m.ctx.pipe, red3);
+  return red3[0];
+}
 
 std::uint64_t Trainer::routing_signature() const { return impl_->ctx.routing_sig; }
 const std::vector<double>& Trainer::imbalance_samples() const { return impl_->ctx.imbalance_samples; }

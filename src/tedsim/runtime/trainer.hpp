@@ -63,6 +63,9 @@ struct TrainerOptions {
   bool track_routing = true;      // keep routing_signature() (copies routing to the host per MoE layer)
   // CPU step only: round GEMM operands to bf16 as the CUDA step does (the GPU tests' reference).
   bool cpu_bf16_gemm_operands = false;
+  // Round each weight to bf16 once per step, not on every GEMM that reads it (weight_copies.hpp).
+  // Off only to check that the copies change no bit.
+  bool bf16_weight_copies = true;
   bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
   bool record_slices = false;     // keep each timed region of a step (StepStats::slices)
   // Counts every kernel the step runs (kernel_census.hpp); must outlive the Trainer.
@@ -114,6 +117,9 @@ class Trainer {
   // backward leaves them). Returns this rank's loss share.
   double loss_and_grads(std::int64_t iteration);
   double loss_only(std::int64_t iteration);
+  // Collective: the loss step() would report on iteration `iteration`'s samples, forward only,
+  // summed over data replicas and stages; no gradient, no update.
+  double global_loss(std::int64_t iteration);
   // Hash of every MoE routing decision of the last forward (detects routing flips); 0 without
   // TrainerOptions::track_routing.
   std::uint64_t routing_signature() const;

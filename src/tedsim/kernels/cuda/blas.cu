@@ -3,7 +3,8 @@
 // C^T = op(B)^T op(A)^T: swap the operands and the m/n sizes, keep each operand's transpose flag.
 // Compute type is CUBLAS_COMPUTE_32F (fp32 accumulate; tensor cores for fp16/bf16), except
 // gemm_strided_batched_tf32, which rounds fp32 operands to TF32. gemm_bf16_compute takes fp32
-// operands, rounds them to bf16 copies first and multiplies those into fp32.
+// operands, rounds them to bf16 copies first and multiplies those into fp32;
+// gemm_bf16_compute_rounded_b is the same with B already rounded (the step's weight copies).
 #include <cublasLt.h>
 
 #include <string>
@@ -86,6 +87,18 @@ void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, con
   void* b16 = scratch + b_offset;
   convert_rows_to_bf16(a_rows, a_cols, a, lda, a16);
   convert_rows_to_bf16(b_rows, b_cols, b, ldb, b16);
+  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b16,
+                                   CUDA_R_16BF, b_cols > 0 ? b_cols : 1, a16, CUDA_R_16BF, a_cols > 0 ? a_cols : 1,
+                                   &op.beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_bf16_compute_rounded_b(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda,
+                                 const void* b16, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
+  const int b_cols = op.trans_b ? k : n;
+  void* a16 = operand_scratch(h.impl(), static_cast<std::size_t>(a_rows) * a_cols * 2 + 2);
+  convert_rows_to_bf16(a_rows, a_cols, a, lda, a16);
   TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b16,
                                    CUDA_R_16BF, b_cols > 0 ? b_cols : 1, a16, CUDA_R_16BF, a_cols > 0 ? a_cols : 1,
                                    &op.beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

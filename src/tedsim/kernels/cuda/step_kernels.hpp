@@ -35,6 +35,12 @@ void fill_zero(void* ptr, std::size_t bytes);           // cudaMemsetAsync
 // states. Both run below bf16 storage on an H200 (tests/gpu/bench_gpu_gemm.cpp, reports/device/).
 void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
                        int ldb, float* c, int ldc);
+// gemm_bf16_compute with B already rounded: b16 is op(B)'s stored matrix as packed bf16 ([k,n], or
+// [n,k] with op.trans_b; leading dimension its column count), as convert_rows_to_bf16 writes it.
+// The step keeps such copies of its weights for a whole step (runtime/weight_copies.hpp) instead
+// of rounding a weight on every GEMM that reads it. Only A is rounded here.
+void gemm_bf16_compute_rounded_b(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda,
+                                 const void* b16, float* c, int ldc);
 // dst [rows, cols] packed bf16 = src [rows, cols] (leading dimension ld >= cols) rounded to the
 // nearest bf16, ties to even (cpu/bf16.hpp round_to_bf16).
 void convert_rows_to_bf16(int rows, int cols, const float* src, int ld, void* dst);
