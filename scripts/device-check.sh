@@ -8,7 +8,8 @@
 #   5. the rest of the build and the GPU-labelled ctest.
 # Between 2 and 3, bench_gpu_gemm times the step's GEMM against fp32-storage FAST_16BF and bf16
 # storage on gpu-moe's shapes. TEDSIM_DEVICE_QUICK=1 skips the small-model validation and section 5
-# (about 100 s) for a rerun within one lease.
+# (about 100 s) for a rerun within one lease. TEDSIM_DEVICE_LR_SWEEP="lr ..." builds tedsim alone
+# and runs only gpu-moe at those learning rates, to read the loss on a held-out batch.
 # Every log, the profile and the validation JSON go to /tmp/tedsim-device, which is packed into
 # OUTDIR/device-logs.tgz after each section (the lent machine returns at most 8 files), and the
 # summary to OUTDIR/summary.txt. Budget: about 7 minutes (build included) on a 16-core machine with an H200.
@@ -96,6 +97,26 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTEDSIM_CUDA=ON -DCMAKE
 RC[configure]=$?
 grep -E "tedsim:|Error" "$LOG/configure.log"
 [ "${RC[configure]}" = 0 ] || { tail -30 "$LOG/configure.log"; exit 1; }
+
+if [ -n "${TEDSIM_DEVICE_LR_SWEEP:-}" ]; then
+  # Whether gpu-moe's loss on a held-out batch falls at lower learning rates (it rose at 1e-4 in
+  # run 5 while copies of the model 2 layers deep or 256 wide fell): tedsim alone, then one short
+  # validate per learning rate, e.g. TEDSIM_DEVICE_LR_SWEEP="1e-5 3e-5".
+  section "build: tedsim (-j$JOBS)"
+  timeout 240 cmake --build "$BUILD" -j"$JOBS" --target tedsim > "$LOG/build.log" 2>&1
+  RC[build]=$?
+  tail -1 "$LOG/build.log"
+  [ "${RC[build]}" = 0 ] || { grep -E "error|Error" "$LOG/build.log" | head -40; exit 1; }
+  for lr in $TEDSIM_DEVICE_LR_SWEEP; do
+    section "gpu-moe at lr $lr: the loss on a held-out batch"
+    timeout 120 mpirun -np 1 --mca btl self,vader "$BUILD/tedsim" validate --backend cuda --model gpu-moe \
+      --topology h200 --gpus 1 --tp 1 --ep 1 --micro-batch 1 --global-batch 8 --zero 1 --warmup 1 --iters 5 \
+      --lr "$lr" --tolerance 1000 > "$LOG/lr-$lr.log" 2>&1
+    RC[lr_$lr]=$?
+    grep -E "^loss|^iteration  |error" "$LOG/lr-$lr.log"
+  done
+  exit 0
+fi
 
 section "build: tedsim, GPU kernel tests, runtime tests (-j$JOBS)"
 gpu_tests=(test_gpu_kernels test_gpu_step_kernels test_gpu_router test_gpu_fp8)
