@@ -10,6 +10,7 @@
 # storage on gpu-moe's shapes. TEDSIM_DEVICE_QUICK=1 skips the small-model validation and section 5
 # (about 100 s) for a rerun within one lease. TEDSIM_DEVICE_LR_SWEEP="lr ..." builds tedsim alone
 # and runs only gpu-moe at those learning rates, to read the loss on a held-out batch.
+# TEDSIM_DEVICE_TESTS_ONLY=1 stops after the GPU kernel tests and GpuStep.* (about 140 s).
 # Every log, the profile and the validation JSON go to /tmp/tedsim-device, which is packed into
 # OUTDIR/device-logs.tgz after each section (the lent machine returns at most 8 files), and the
 # summary to OUTDIR/summary.txt. Budget: about 7 minutes (build included) on a 16-core machine with an H200.
@@ -141,6 +142,9 @@ RC[gpu_step]=$?
 grep -E "^\[ +(OK|FAILED|PASSED) |tests ran" "$LOG/gpu-step.log" | head -30
 grep -E "largest relative|routed some token" "$LOG/gpu-step.log"
 grep -B2 -A12 "Failure" "$LOG/gpu-step.log" | head -60
+
+# After a change to kernels alone: the tests above are the check (TEDSIM_DEVICE_TESTS_ONLY=1).
+[ -n "${TEDSIM_DEVICE_TESTS_ONLY:-}" ] && exit 0
 
 section "GEMM paths on gpu-moe's shapes: the step's (step_w: on a weight copy), fp32-storage FAST_16BF, bf16 storage (TFLOP/s)"
 timeout 90 "$BUILD/tests/gpu/bench_gpu_gemm" --benchmark_counters_tabular=true > "$LOG/bench-gpu-gemm.txt" 2>&1

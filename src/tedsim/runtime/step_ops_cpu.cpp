@@ -71,11 +71,9 @@ class CpuStepOps final : public StepOps {
       return;
     }
     // The CUDA step's rounding (cuda::gemm_bf16_compute): operands to bf16, products summed in fp32.
-    const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
     const int b_rows = op.trans_b ? n : k, b_cols = op.trans_b ? k : n;
-    round_rows_to_bf16(a_rows, a_cols, a, lda, a16_);
     round_rows_to_bf16(b_rows, b_cols, b, ldb, b16_);
-    kernels::gemm(op, m, n, k, a16_.data(), std::max(a_cols, 1), b16_.data(), std::max(b_cols, 1), c, ldc);
+    multiply_rounding_a(op, m, n, k, a, lda, b16_.data(), c, ldc);
   }
   void gemm_weight(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* w, int ldw,
                    float* c, int ldc) override {
@@ -87,9 +85,7 @@ class CpuStepOps final : public StepOps {
     bool stale = false;
     auto* w16 = static_cast<float*>(copies_.find(w, w_rows, w_cols, ldw, stale));
     if (stale) round_rows_to_bf16(w_rows, w_cols, w, ldw, w16);
-    const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
-    round_rows_to_bf16(a_rows, a_cols, a, lda, a16_);
-    kernels::gemm(op, m, n, k, a16_.data(), std::max(a_cols, 1), w16, w_cols, c, ldc);
+    multiply_rounding_a(op, m, n, k, a, lda, w16, c, ldc);
   }
   void parameters_changed() override { copies_.invalidate(); }
   void add_into(std::size_t n, const float* a, float* y) override { add_rows(n, a, y); }
@@ -288,6 +284,14 @@ class CpuStepOps final : public StepOps {
           else
             std::memcpy(dst + head, src + tok, sizeof(float) * hd);
         }
+  }
+
+  // C = op(A) op(B16) with A rounded to bf16 here; B16 packed (leading dimension its column count).
+  void multiply_rounding_a(const kernels::GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b16,
+                           float* c, int ldc) {
+    const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
+    round_rows_to_bf16(a_rows, a_cols, a, lda, a16_);
+    kernels::gemm(op, m, n, k, a16_.data(), std::max(a_cols, 1), b16, std::max(op.trans_b ? k : n, 1), c, ldc);
   }
 
   bool bf16_gemm_operands_;

@@ -73,6 +73,16 @@ void* operand_scratch(BlasHandle::Impl& impl, std::size_t bytes) {
 }
 }  // namespace
 
+namespace {
+// C (fp32) = op(A) op(B) from packed bf16 copies (leading dimension: each one's column count).
+void multiply_bf16_into_fp32(BlasHandle& h, const GemmOp& op, int m, int n, int k, const void* a16, int a_cols,
+                             const void* b16, int b_cols, float* c, int ldc) {
+  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b16,
+                                   CUDA_R_16BF, b_cols > 0 ? b_cols : 1, a16, CUDA_R_16BF, a_cols > 0 ? a_cols : 1,
+                                   &op.beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+}  // namespace
+
 void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda, const float* b,
                        int ldb, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
@@ -87,21 +97,16 @@ void gemm_bf16_compute(BlasHandle& h, const GemmOp& op, int m, int n, int k, con
   void* b16 = scratch + b_offset;
   convert_rows_to_bf16(a_rows, a_cols, a, lda, a16);
   convert_rows_to_bf16(b_rows, b_cols, b, ldb, b16);
-  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b16,
-                                   CUDA_R_16BF, b_cols > 0 ? b_cols : 1, a16, CUDA_R_16BF, a_cols > 0 ? a_cols : 1,
-                                   &op.beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  multiply_bf16_into_fp32(h, op, m, n, k, a16, a_cols, b16, b_cols, c, ldc);
 }
 
 void gemm_bf16_compute_rounded_b(BlasHandle& h, const GemmOp& op, int m, int n, int k, const float* a, int lda,
                                  const void* b16, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   const int a_rows = op.trans_a ? k : m, a_cols = op.trans_a ? m : k;
-  const int b_cols = op.trans_b ? k : n;
   void* a16 = operand_scratch(h.impl(), static_cast<std::size_t>(a_rows) * a_cols * 2 + 2);
   convert_rows_to_bf16(a_rows, a_cols, a, lda, a16);
-  TEDSIM_CUBLAS_CHECK(cublasGemmEx(h.impl().blas, op_of(op.trans_b), op_of(op.trans_a), n, m, k, &op.alpha, b16,
-                                   CUDA_R_16BF, b_cols > 0 ? b_cols : 1, a16, CUDA_R_16BF, a_cols > 0 ? a_cols : 1,
-                                   &op.beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  multiply_bf16_into_fp32(h, op, m, n, k, a16, a_cols, b16, op.trans_b ? k : n, c, ldc);
 }
 
 void gemm_strided_batched(BlasHandle& h, Dtype type, const GemmOp& op, int m, int n, int k, const void* a, int lda,
