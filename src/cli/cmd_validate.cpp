@@ -264,7 +264,8 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     out << "iteration spread: min " << ms(run.iteration.min) << " ms, p10 " << ms(run.iteration.p10) << " ms, median "
         << ms(run.iteration.median) << " ms, p90 " << ms(run.iteration.p90) << " ms, max " << ms(run.iteration.max)
         << " ms\n";
-    out << "memory measured: peak of the step's own tensors (fp32 weights, grads, Adam state, activations, buffers); "
+    out << "memory measured: peak of the step's own tensors (fp32 weights"
+        << (backend == Backend::cuda ? " and their bf16 copies" : "") << ", grads, Adam state, activations, buffers); "
         << "process max RSS " << fixed(run.max_rss_bytes / 1048576.0, 1) << " MiB\n";
     if (backend == Backend::cuda && bytes_of(in.model.dtype) < 4)
       out << "note: the CUDA step keeps fp32 tensors (GEMMs multiply in bf16 on tensor cores) and communicates fp32, "
@@ -275,6 +276,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       out << "loss on a held-out batch (step " << run.held_out_batch + 1 << "'s samples, never trained on): "
           << fixed(run.held_out_before, 4) << " before the first step -> " << fixed(run.held_out_after, 4)
           << " after the last\n";
+    if (run.held_out_after > run.held_out_before)
+      out << "note: the model lost ground on the held-out batch. Adam without warm-up moves every weight by about "
+          << "--lr (" << o.lr << ") a step, which wide and deep models do not take: try a lower --lr (gpu-moe, "
+          << "12 layers of width 2048, learns at 1e-5 and not at 3e-5: reports/device/README.md)\n";
     // Dropless: the load imbalance the step saw beside the one the prediction assumed, and the
     // prediction again with the measured load. What sets the pace is the busiest expert rank's
     // rows; the prediction derives them from the busiest expert's (busiest_rank_load), so it is

@@ -4,7 +4,8 @@
 # The JSON field is there with the batch after the last step, the numbers are finite, the model
 # learns (tiny-moe at validate's default lr: after < before), and the two-rank values are the
 # one-rank value within the parallel equivalence tests' tolerance; the text line says the same.
-# --kernel-times leaves it out (its counts must be the steps' alone).
+# At --lr 0.5 the held-out loss rises and validate advises a lower --lr. --kernel-times leaves the
+# held-out loss out (its counts must be the steps' alone).
 #   validate_held_out_loss.sh TEDSIM MPIRUN DIR
 set -uo pipefail
 TEDSIM=$1 MPIRUN=$2 DIR=$3
@@ -15,6 +16,10 @@ for run in np1:1:1:1 np2:2:2:1 pp2:2:1:2; do
     --pp "$pp" --global-batch 16 --warmup 1 --iters 4 --json "$DIR/$name.json" > "$DIR/$name.log" 2>&1 ||
     { echo "FAIL: validate $name exited $?"; cat "$DIR/$name.log"; exit 1; }
 done
+# A learning rate far too high: the held-out loss rises, and validate says what to do about it.
+"$MPIRUN" -np 1 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --global-batch 8 \
+  --warmup 1 --iters 2 --lr 0.5 > "$DIR/high-lr.log" 2>&1 ||
+  { echo "FAIL: validate --lr 0.5 exited $?"; cat "$DIR/high-lr.log"; exit 1; }
 "$MPIRUN" -np 1 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model tiny-moe --global-batch 16 \
   --warmup 1 --iters 2 --kernel-times --json "$DIR/census.json" > "$DIR/census.log" 2>&1 ||
   { echo "FAIL: validate --kernel-times exited $?"; cat "$DIR/census.log"; exit 1; }
@@ -37,6 +42,9 @@ for key in ("before", "after"):
     for two in ("np2", "pp2"):
         a, b = held["np1"][key], held[two][key]
         assert abs(a - b) <= 1e-4 * abs(a), f"{key}: one rank {a}, {two} {b}"
+lost = "note: the model lost ground on the held-out batch"
+assert lost in open(f"{d}/high-lr.log").read(), "no advice when the held-out loss rises"
+assert lost not in open(f"{d}/np1.log").read(), "advice although the model learned"
 census = json.load(open(f"{d}/census.json"))
 assert "held_out_loss" not in census, "--kernel-times must not evaluate the held-out batch"
 assert "held-out" not in open(f"{d}/census.log").read()
