@@ -77,6 +77,9 @@ struct Trainer::Impl {
   void sync_tied_embedding();
   // The loss shares summed over `comm` in the backend's memory (NCCL reduces device buffers only).
   void reduce_losses(Communicator& comm, float* host3);
+  // Collective: this rank's loss shares summed over data replicas and stages (the global loss,
+  // CE and aux), as step() reports them.
+  std::array<float, 3> global_losses(const std::array<double, 3>& sums);
   StepStats step();
 };
 
@@ -175,6 +178,13 @@ void Trainer::Impl::sync_tied_embedding() {
   ctx.charge(kDpGradSync, "tied_embedding_allreduce", t0, now_s());
 }
 
+std::array<float, 3> Trainer::Impl::global_losses(const std::array<double, 3>& sums) {
+  std::array<float, 3> red3 = {static_cast<float>(sums[0]), static_cast<float>(sums[1]), static_cast<float>(sums[2])};
+  if (ctx.dims.data_size > 1) reduce_losses(*ctx.dp, red3.data());
+  if (cfg.pp > 1) reduce_losses(*ctx.pipe, red3.data());
+  return red3;
+}
+
 void Trainer::Impl::reduce_losses(Communicator& comm, float* host3) {
   float* dev = ensure(loss_sums, 3);
   ops.from_host(host3, dev, 3);
@@ -200,9 +210,7 @@ StepStats Trainer::Impl::step() {
   const double t1 = ctx.clock() - checked;
   // Global loss: the sum of the replicas' shares (TP ranks of a replica hold the same numbers);
   // stages hold parts of it: the last the cross-entropy, each its MoE layers' aux loss.
-  float red3[3] = {static_cast<float>(sums[0]), static_cast<float>(sums[1]), static_cast<float>(sums[2])};
-  if (ctx.dims.data_size > 1) reduce_losses(*ctx.dp, red3);
-  if (cfg.pp > 1) reduce_losses(*ctx.pipe, red3);
+  const std::array<float, 3> red3 = global_losses(sums);
   StepStats st;
   st.loss = red3[0];
   st.ce_loss = red3[1];
@@ -236,12 +244,7 @@ double Trainer::loss_and_grads(std::int64_t iteration) {
 double Trainer::loss_only(std::int64_t iteration) { return impl_->run_micro_batches(iteration, false)[0]; }
 
 double Trainer::global_loss(std::int64_t iteration) {
-  Impl& m = *impl_;
-  const std::array<double, 3> sums = m.run_micro_batches(iteration, false);
-  float red3[3] = {static_cast<float>(sums[0]), static_cast<float>(sums[1]), static_cast<float>(sums[2])};
-  if (m.ctx.dims.data_size > 1) m.reduce_losses(*m.ctx.dp, red3);
-  if (m.cfg.pp > 1) m.reduce_losses(*m.ctx.pipe, red3);
-  return red3[0];
+  return impl_->global_losses(impl_->run_micro_batches(iteration, false))[0];
 }
 
 std::uint64_t Trainer::routing_signature() const { return impl_->ctx.routing_sig; }
