@@ -163,7 +163,8 @@ for key, text in spec["sources"].items():
               f"| model | machine | GPUs | batch | t | p | ep | unit | published | predicted | error | fits | command |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rs:
-        lines.append(f"| {x['label']} | {x['topology']} | {x['gpus']} | {x['global_batch']} | {x['tp']} | {x['pp']} | {x.get('ep', 1)} | "
+        fitted = f" (fitted: {x['fitted']})" if "fitted" in x else ""
+        lines.append(f"| {x['label']}{fitted} | {x['topology']} | {x['gpus']} | {x['global_batch']} | {x['tp']} | {x['pp']} | {x.get('ep', 1)} | "
                      f"{x['unit']} | {x['value']:g} | {x['predicted']:.1f} | {100 * x['error']:+.1f}% | "
                      f"{'yes' if x['fits'] else '**no**'} | `{x['command']}` |")
     for x in skipped:
@@ -171,8 +172,12 @@ for key, text in spec["sources"].items():
             lines.append(f"| {x['label']} | {x['topology']} | {x['gpus']} | {x['global_batch']} | {x['tp']} | {x['pp']} | {x.get('ep', 1)} | "
                          f"{x['unit']} | {x['value']:g} | - | not modeled: {x['not_modeled']} | - | - |")
     lines += ["", f"Mean absolute error {mean_abs(rs):.1f}%, largest {max_abs(rs):.1f}% ({len(rs)} rows).", ""]
+independent = [x for x in rows if "fitted" not in x]
 lines += ["## Overall", "", f"Overall mean absolute error: {overall:.1f}% over {len(rows)} rows; largest {max_abs(rows):.1f}%"
           + (f"; {len(skipped)} row(s) not modeled (listed above)." if skipped else "."), ""]
+if len(independent) < len(rows):
+    lines += [f"Over the {len(independent)} rows that no constant of tedsim is fitted to (the others say what is): "
+              f"{mean_abs(independent):.1f}%, largest {max_abs(independent):.1f}%.", ""]
 if bandwidths:
     lines += ["## Collective bandwidths", "",
               "A separate table: what the analytic link model of each machine gives for the collectives its published "
@@ -197,7 +202,7 @@ if phase_rows:
         lines += [f"### {key}", "", text, "", "| row | part | what | tedsim phases | published s | predicted s | error |",
                   "|---|---|---|---|---|---|---|"]
         for x in ps:
-            lines.append(f"| {x['row']} (throughput {100 * x['row_error']:+.1f}%) | {x['label']} | {x['what']} | {', '.join(x['phases'])} | "
+            lines.append(f"| {x['row']} (throughput {100 * x['row_error']:+.1f}%) | {x['label']}{' (fitted: ' + x['fitted'] + ')' if 'fitted' in x else ''} | {x['what']} | {', '.join(x['phases'])} | "
                          f"{x['value_s']:.3f} | {x['predicted']:.3f} | {100 * x['error']:+.1f}% |")
         lines += [""]
 notes = os.path.join(root, "reports", "published-results-notes.md")

@@ -7,6 +7,7 @@
 #include "test_helpers.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/model/host_launch.hpp"
+#include "tedsim/model/layer_ops.hpp"
 #include "tedsim/sim/simulator.hpp"
 
 namespace tedsim {
@@ -55,6 +56,30 @@ TEST(HostLaunch, AfterASyncTheDeviceWaitsForTheFirstCalls) {
   EXPECT_NEAR(host_launch_wait(slow, 10 * kUs, 0).wait_s, (315.0 - 106.0) * kUs, 1e-12);
 }
 
+// The host's own code after the sync returns (Op::host_resume_calls) comes before the first launch
+// with the device's queue empty: 30 calls' worth (300 us) delays b by all of it. Host: b issued
+// at 310, c at 320, a at 330; device: b 310-410, c 410-411, a 411-416. The wait is 416 - 106 us.
+// The host's total counts the resume once, beside the three ops' calls.
+TEST(HostLaunch, TheHostsCodeAfterASyncIsWaitedForInFull) {
+  Block b;
+  Op sync = op("a", 5, 1, 0, true);
+  sync.host_resume_calls = 30;
+  b.add(sync);
+  b.add(op("b", 100));
+  b.add(op("c", 1));
+  const HostLaunchWait w = host_launch_wait(b, 10 * kUs, 0);
+  EXPECT_NEAR(w.wait_s, (416.0 - 106.0) * kUs, 1e-12);
+  EXPECT_NEAR(w.host_s, 330 * kUs, 1e-12);
+  // A graph over the synchronising op does not remove the code after it, which runs eager.
+  Block graphed;
+  Op captured = sync;
+  captured.graph_scope = kGraphMoePreprocess;
+  graphed.add(captured);
+  graphed.add(op("b", 100));
+  graphed.add(op("c", 1));
+  EXPECT_NEAR(host_launch_wait(graphed, 10 * kUs, kGraphMoePreprocess).wait_s, (416.0 - 106.0) * kUs, 1e-12);
+}
+
 // A captured region replays for one call: three attention ops of 5 calls each cost 10 us of host
 // together instead of 150.
 TEST(HostLaunch, ACapturedRegionCostsOneCall) {
@@ -80,10 +105,12 @@ TEST(HostLaunch, TheWorkloadCarriesTheWaitAsItsOwnPhase) {
   int syncs = 0;
   for (int i = 0; i < w.moe.forward.count; ++i) syncs += w.moe.forward.ops[i].host_sync ? 1 : 0;
   EXPECT_EQ(syncs, 1);
+  for (int i = 0; i < w.moe.forward.count; ++i)
+    EXPECT_EQ(w.moe.forward.ops[i].host_resume_calls, w.moe.forward.ops[i].host_sync ? kResumeAfterSyncCalls : 0.0);
   for (int i = 0; i < w.moe.backward.count; ++i) EXPECT_FALSE(w.moe.backward.ops[i].host_sync);
   EXPECT_EQ(test::op_seconds(w.moe.backward, "moe_preprocess"), 0.0);  // no backward twin
   const double wait = test::op_seconds(w.moe.forward, "host_launch_wait");
-  EXPECT_GT(wait, 0.0);
+  EXPECT_GE(wait, kResumeAfterSyncCalls * 13.5e-6);  // at least the code after the sync, exposed
   EXPECT_NEAR(w.moe.forward.phase_seconds[int(Phase::host_launch)], wait, 1e-15);
 
   TopologySpec no_host = bench.topo;

@@ -38,19 +38,21 @@ HostLaunchWait wait_of(const OpSequence& s, double op_seconds, std::uint8_t grap
   for (int i = 0; i < s.count; ++i) {
     w.host_s += host_seconds_of(s, i, op_seconds, graph_scopes);
     device_s += s[i].seconds;
+    if (s[i].host_sync) w.host_s += s[i].host_resume_calls * op_seconds;
     if (first_sync < 0 && s[i].host_sync) first_sync = i;
   }
   if (first_sync < 0) {
     w.wait_s = std::max(0.0, w.host_s - device_s);
     return w;
   }
-  // Host and device both at the moment the sync returned; the device's queue is empty.
-  double host = 0, device = 0;
+  // Host and device both at the moment the sync returned; the device's queue is empty while the
+  // host runs its code after the sync.
+  double host = s[first_sync].host_resume_calls * op_seconds, device = 0;
   for (int j = 1; j <= s.count; ++j) {
     const int i = (first_sync + j) % s.count;
     host += host_seconds_of(s, i, op_seconds, graph_scopes);
     device = std::max(device, host) + s[i].seconds;
-    if (s[i].host_sync) host = std::max(host, device);
+    if (s[i].host_sync) host = std::max(host, device) + s[i].host_resume_calls * op_seconds;
   }
   w.wait_s = std::max(0.0, device - device_s);
   return w;

@@ -3,8 +3,9 @@
 // each at the host's pace (Profile::host_op_seconds); a compute stream the host cannot keep fed
 // idles (Phase::host_launch). Where the host waits on the device (MoE dispatch reads its token
 // counts back: a device-to-host sync in every MoE layer's forward), the queue of launched work
-// drains and the host starts again behind the device, so the calls after the sync cost their full
-// time until the host is ahead again. A CUDA graph (ParallelConfig::cuda_graph_scopes) replays a
+// drains and the host starts again behind the device: its own code after the sync
+// (Op::host_resume_calls) and the calls after it cost their full time until the host is ahead
+// again. A CUDA graph (ParallelConfig::cuda_graph_scopes) replays a
 // captured region for one call.
 //
 // A block with a sync is walked op by op from the op after its first sync around to that sync

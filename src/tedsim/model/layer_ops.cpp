@@ -66,6 +66,7 @@ void BlockBuilder::host_calls_of_last(double calls, bool sync, bool forward_only
   Op& op = block_.ops[block_.count - 1];
   op.host_calls = calls;
   op.host_sync = sync;
+  op.host_resume_calls = sync ? kResumeAfterSyncCalls : 0.0;
   op.forward_only = forward_only;
 }
 

@@ -58,6 +58,19 @@ inline constexpr double kChunkUnsortCalls = 3.0;
 //   gives it no token count (fused_a2a.py:403-405; hybrid_ep executor.cu:181-183); dispatch and
 //   combine each fuse the permutation (2 kernels each).
 inline constexpr double kFlexPreprocessCalls = 4.0;
+// - after a token-count sync returns, the host runs the dispatcher's and GroupedLinear's Python
+//   (the counts to lists, split sizes, allocations, the experts' tensor bookkeeping) before it
+//   launches the next kernel, while the device's queue is empty. No line count reaches it: it is
+//   fitted, in calls of the host's measured pace, to the one published profile of a dropless MoE
+//   step (Megatron-Bridge's expert-overlap skill, SKILL.md:119-125 at 067f987df0: Qwen3-30B-A3B
+//   on 16 DGX H100, HybridEP, 1.893 s of GPU idle per 24.71 s step over 64 micro-batches x 48 MoE
+//   layers, less the 0.041 s the counted calls price: 0.603 ms a sync, 45 calls at 13.5 us).
+//   Checked against a source not fitted to: NVIDIA's DeepSeek-V3 GB200 report (Megatron-LM
+//   eb0783b6d3, section 3.1) estimates that removing the sync, and with it graphing the whole
+//   model, gains "at least 10%" of its final step; at Grace's 37 us a call tedsim's whole host
+//   wait for that step (published-results row "deepseek-v3 (no MTP)") is 0.67 s, 7.9% of the
+//   measured 8.44 s: not larger than the report's bound.
+inline constexpr double kResumeAfterSyncCalls = 45.0;
 // - the cuDNN fused attention call with its layout calls.
 inline constexpr double kFusedAttentionCalls = 3.0;
 

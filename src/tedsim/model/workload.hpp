@@ -43,10 +43,12 @@ struct Op {
   // The host's side (model/host_launch.hpp): framework calls that launch this op's kernels, eager
   // (one per kernel: a quantized GEMM's quantization kernels and a grouped GEMM's experts count
   // apiece); the CUDA-graph scope that captures it (CudaGraphScope bit, 0: none); whether the host
-  // then waits for it to finish (a device-to-host sync); ops with no backward twin.
+  // then waits for it to finish (a device-to-host sync), and the calls' worth of host work after
+  // the sync returns before the next launch; ops with no backward twin.
   double host_calls = 1;
   std::uint8_t graph_scope = 0;
   bool host_sync = false;
+  double host_resume_calls = 0;
   bool forward_only = false;
   AttentionShape attention_shape() const { return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n, attention_window}; }
 };
