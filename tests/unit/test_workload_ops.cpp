@@ -94,6 +94,43 @@ TEST(QkNorm, NormalizesTheLocalQueryAndKeyHeads) {
   }
 }
 
+// gpt-oss's experts have biases. Megatron-Core adds fc2's per local expert in a Python loop, in
+// fp32 (experts.py:250-268): 28 bytes per output element forward and 36 backward at bf16, two
+// calls per expert forward and five backward. Models without biases and TED's own step (which
+// weights at the combine) have no such op.
+TEST(ExpertBias, MegatronCoreAddsTheSecondBiasExpertByExpertInFp32) {
+  const ModelSpec m = test::model("gpt-oss-120b");
+  ASSERT_TRUE(m.linear_bias);
+  const test::Bench bench(m, "dgx-b200");
+  ParallelConfig c = test::config(64, 1, 8, 4, 1280);
+  c.recompute = Recompute::none;
+  const Workload w = bench.workload(c);
+  ASSERT_EQ(w.shape.local_experts, 16);
+  const double elements = double(w.shape.expert_rows) * w.shape.local_experts * m.hidden;
+  const Op* fwd = find_op(w.moe.forward, "expert_fc2_bias");
+  const Op* bwd = find_op(w.moe.backward, "expert_fc2_bias");
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  EXPECT_DOUBLE_EQ(fwd->bytes, 28.0 * elements);
+  EXPECT_DOUBLE_EQ(bwd->bytes, 36.0 * elements);
+  EXPECT_DOUBLE_EQ(fwd->host_calls, 34.0);
+  EXPECT_DOUBLE_EQ(bwd->host_calls, 81.0);
+  EXPECT_GT(bwd->seconds, fwd->seconds);
+  // The op sits right after fc2, before the combine's all-to-all.
+  int fc2 = -1, bias = -1;
+  for (int i = 0; i < w.moe.forward.count; ++i) {
+    if (std::strcmp(w.moe.forward.ops[i].name, "expert_fc2") == 0) fc2 = i;
+    if (std::strcmp(w.moe.forward.ops[i].name, "expert_fc2_bias") == 0) bias = i;
+  }
+  EXPECT_EQ(bias, fc2 + 1);
+
+  ParallelConfig ted = c;
+  ted.moe_weights_at_combine = true;
+  EXPECT_EQ(find_op(bench.workload(ted).moe.forward, "expert_fc2_bias"), nullptr);
+  const test::Bench unbiased(test::model("qwen3-30b-a3b"), "dgx-b200");
+  EXPECT_EQ(find_op(unbiased.workload(c).moe.forward, "expert_fc2_bias"), nullptr);
+}
+
 TEST(Dropout, ProbabilitiesOutsideZeroToOneAreRejectedWithTheKey) {
   const std::string path = ::testing::TempDir() + "tedsim_dropout.yaml";
   for (const char* bad : {"attention_dropout: 1.0", "hidden_dropout: -0.1"}) {

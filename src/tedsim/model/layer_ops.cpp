@@ -62,6 +62,12 @@ void BlockBuilder::grouped_gemm(const char* name, std::int64_t rows, std::int64_
 
 void BlockBuilder::host_calls_at(int index, double calls) { block_.ops[index].host_calls = calls; }
 
+void BlockBuilder::backward_of_last(double bytes, double host_calls) {
+  Op& op = block_.ops[block_.count - 1];
+  op.backward_bytes = bytes;
+  op.backward_host_calls = host_calls;
+}
+
 void BlockBuilder::host_calls_of_last(double calls, bool sync, bool forward_only) {
   Op& op = block_.ops[block_.count - 1];
   op.host_calls = calls;
@@ -339,6 +345,21 @@ void shared_experts_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec
   x.set_module(kRecomputeMoe);
 }
 
+// The experts' second bias, as Megatron-Core's TEGroupedMLP adds it (experts.py:250-268 at 2edffadb):
+// the grouped linear returns fc2's bias apart, and a Python loop over the local experts adds
+// bias x probability to each expert's rows, in fp32 (a bf16 bias times fp32 probabilities), then
+// concatenates and casts back. Bytes per element of the output, B its width: forward, the product
+// written (4), the sum read and written (B + 4 + 4), the concatenation (4 + 4), the cast (4 + B);
+// backward, the cast's and the sum's casts (4 + B each) and the bias's and the probabilities'
+// gradients, each a product and a reduction (12 each). Calls: two kernels per expert and two
+// after; backward five per expert and one. (fc1's bias is fused into the activation.)
+void expert_fc2_bias(BlockBuilder& x, const LayerDims& d, double rows, std::int64_t experts) {
+  const double elements = rows * double(d.h), E = double(experts);
+  x.kernel("expert_fc2_bias", KernelKind::elementwise, elements * (24.0 + 2.0 * d.B));
+  x.host_calls_of_last(2.0 * E + 2.0);
+  x.backward_of_last(elements * (32.0 + 2.0 * d.B), 5.0 * E + 1.0);
+}
+
 // Router arithmetic per token, in bytes moved: the logits' scores (softmax or sigmoid) over all
 // experts, the top-k selection, and the k weights; group-limited routing adds a pass over the
 // scores to rank the groups.
@@ -410,6 +431,7 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
            double(d.fc1_factor + 1) * double(rows) * s.local_experts * s.ffn_local * B);
   x.set_module(kRecomputeMoe);
   x.grouped_gemm("expert_fc2", rows, d.h, s.ffn_local, s.local_experts);
+  if (m.linear_bias && !c.moe_weights_at_combine) expert_fc2_bias(x, d, double(rows) * s.local_experts, s.local_experts);
   if (c.expert_tp) {
     const double out_bytes = double(rows) * s.local_experts * h * B;
     if (d.sp)

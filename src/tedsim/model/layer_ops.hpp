@@ -97,6 +97,8 @@ class BlockBuilder {
   // The last op added takes this many framework calls on the host (the kernels it stands for),
   // and with `sync` the host then waits for it to finish; `forward_only`: no backward twin.
   void host_calls_of_last(double calls, bool sync = false, bool forward_only = false);
+  // The last op's backward, where it is not the usual mirror (Op::backward_bytes).
+  void backward_of_last(double bytes, double host_calls);
   void host_calls_at(int index, double calls);  // the op at `index` (from a *_at method) takes `calls`
   void kernel(const char* name, KernelKind kind, double bytes, Phase phase = Phase::compute);
   // The attention core as one kernel priced from the profile's measured rates; false (nothing

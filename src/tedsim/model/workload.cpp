@@ -184,7 +184,8 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
     } else {
       Op grad = f;
       grad.host_sync = false;
-      grad.bytes = 2.0 * f.bytes;
+      grad.bytes = f.backward_bytes >= 0 ? f.backward_bytes : 2.0 * f.bytes;
+      if (f.backward_host_calls >= 0) grad.host_calls = f.backward_host_calls;
       grad.seconds = profile.kernel_seconds(f.kernel, grad.bytes, f.gemm.dtype);
       backward.add(grad);
     }

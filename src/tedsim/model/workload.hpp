@@ -47,6 +47,10 @@ struct Op {
   // the sync returns before the next launch; ops with no backward twin.
   double host_calls = 1;
   std::uint8_t graph_scope = 0;
+  // Memory-bound kernels whose backward is not the usual two passes of the forward's bytes (read the
+  // saved input and the incoming gradient, write a gradient): its own bytes and calls (< 0: the usual).
+  double backward_bytes = -1;
+  double backward_host_calls = -1;
   bool host_sync = false;
   double host_resume_calls = 0;
   bool forward_only = false;
