@@ -23,6 +23,7 @@ struct SearchOptions {
   int top = 10;
   int threads = 0;  // 0: every core
   int max_pp = 0;
+  int max_cp = 1;
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";
@@ -37,7 +38,7 @@ struct SearchOptions {
 // The ranking; with `fold`, a plan predicting exactly what the row above it does is folded into a
 // note (`notes`) instead of a row of its own.
 TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::string>* notes) {
-  TextTable table({"rank", "p", "v", "t", "e", "d", "d_e", "b", "ga", "sp", "recomp", "dtd", "cac", "zero", "etp",
+  TextTable table({"rank", "p", "v", "t", "c", "e", "d", "d_e", "b", "ga", "sp", "recomp", "dtd", "cac", "zero", "etp",
                    "tiled", "layout", "a2ao", "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"});
   auto yn = [](bool b) { return std::string(b ? "on" : "off"); };
   std::size_t shown = 0;
@@ -53,7 +54,7 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
     shown = i;
     const std::string recompute = c.recompute == Recompute::full ? "full" : c.recompute == Recompute::none ? "none" : "sel";
     table.add_row({std::to_string(i + 1), std::to_string(c.pp), std::to_string(c.vpp), std::to_string(c.tp),
-                   std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
+                   std::to_string(c.cp), std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
                    std::to_string(c.micro_batch), std::to_string(c.grad_accum()), yn(c.sequence_parallel), recompute,
                    yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp),
                    yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", yn(c.moe_a2a_overlap),
@@ -108,6 +109,8 @@ int run_search_command(const SearchOptions& o) {
   space.global_batch = o.in.global_batch;
   space.seq_len = o.in.seq_len;
   space.max_pp = o.max_pp;
+  if (o.max_cp < 1) throw InputError("--max-cp: expected a positive degree (1: no context parallelism), got " + std::to_string(o.max_cp));
+  space.max_cp = o.max_cp;
   space.moe_dispatcher = parse_moe_dispatcher(o.moe_dispatcher);
   space.adam_moments = parse_adam_moments(o.adam_moments);
   space.cuda_graph_scopes = parse_cuda_graph_scopes(o.cuda_graph_scope);
@@ -181,6 +184,10 @@ void register_search(CLI::App& app, Action& action) {
   cmd->add_option("--csv", o->csv, "write the ranking table as CSV");
   cmd->add_option("--threads", o->threads, "threads sharing the search (default: every core; same result for any count)");
   cmd->add_option("--max-pp", o->max_pp, "largest pipeline degree to consider (default: every divisor of --gpus)");
+  cmd->add_option("--max-cp", o->max_cp,
+                  "largest context degree to consider: each sequence split over up to this many ranks (Megatron-Core's "
+                  "--context-parallel-size; default 1: none)")
+      ->capture_default_str();
   cmd->add_option("--moe-dispatcher", o->moe_dispatcher,
                   "how every plan's tokens reach their experts: alltoall (every token-expert pair) or flex "
                   "(DeepEP/HybridEP: once per destination GPU and node)")

@@ -121,6 +121,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (o.knobs.moe_a2a_overlap)
     throw InputError("--moe-a2a-overlap: validate's training step runs its passes one at a time on one stream (simulate and "
                      "search model the overlap)");
+  if (o.knobs.cp != 1)
+    throw InputError("--cp " + std::to_string(o.knobs.cp) +
+                     ": validate's training step runs no context parallelism yet (simulate and search model it)");
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (!given(cmd, "--gpus") && (o.config.empty())) o.in.gpus = world_size;

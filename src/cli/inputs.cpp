@@ -74,6 +74,11 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   app.add_option("--pipeline-layout", o.pipeline_layout,
                  "explicit split, Megatron-Core's layout string, e.g. 'Et|(tt|)*30tL' (E embedding, t layer, L loss)");
   app.add_option("--tp", o.tp, "tensor degree t")->capture_default_str();
+  app.add_option("--cp", o.cp,
+                 "context degree c: each sequence split over c ranks beside the tensor group, the attention "
+                 "passing keys and values around them (Megatron-Core's --context-parallel-size; simulate and "
+                 "search only)")
+      ->capture_default_str();
   app.add_option("--ep", o.ep, "expert degree e (ignored for dense models)")->capture_default_str();
   app.add_option("--micro-batch", o.micro_batch, "sequences per data-parallel replica per micro-batch")->capture_default_str();
   app.add_option("--zero", o.zero, "ZeRO stage 0, 1, 2 or 3")->capture_default_str();
@@ -166,6 +171,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.vpp = k.vpp;
   c.pipeline_layout = k.pipeline_layout;
   c.tp = k.tp;
+  c.cp = k.cp;
   c.ep = model.is_moe() ? k.ep : 1;
   c.micro_batch = k.micro_batch;
   c.zero = k.zero;

@@ -44,7 +44,7 @@ struct Inputs {
 
 // The knobs of one configuration, shared by simulate and validate (each sets its own defaults).
 struct ConfigOptions {
-  int pp = 1, vpp = 1, tp = 1, ep = 1, micro_batch = 1, zero = 1;
+  int pp = 1, vpp = 1, tp = 1, cp = 1, ep = 1, micro_batch = 1, zero = 1;
   bool dtd = true, cac = true, checkpoint = true, expert_tp = true, tiled = true, sequence_parallel = false;
   bool shared_expert_overlap = false;
   bool moe_a2a_overlap = false;

@@ -72,7 +72,7 @@ TEST(Cli, SearchJsonListsResultsBestFirstAndWritesCsv) {
   std::ifstream in(csv);
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header.rfind("rank,p,v,t,e,d", 0), 0u) << header;
+  EXPECT_EQ(header.rfind("rank,p,v,t,c,e,d", 0), 0u) << header;
 }
 
 TEST(Cli, DefaultSearchRunsBare) {

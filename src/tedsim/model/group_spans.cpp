@@ -119,6 +119,7 @@ const SpanSet& GroupSpans::of(GroupKind kind) const {
     case GroupKind::expert: return expert;
     case GroupKind::data: return data;
     case GroupKind::expert_data: return expert_data;
+    case GroupKind::context: return context;
     case GroupKind::pipeline: break;
   }
   return tensor;
@@ -132,6 +133,7 @@ GroupSpans compute_group_spans(const TedLayout& layout, const TopologySpec& topo
   g.expert = spans_of(layout, GroupKind::expert, per_node, island);
   g.data = spans_of(layout, GroupKind::data, per_node, island);
   g.expert_data = spans_of(layout, GroupKind::expert_data, per_node, island);
+  g.context = spans_of(layout, GroupKind::context, per_node, island);
   g.p2p = p2p_span_of(layout, per_node);
   return g;
 }

@@ -23,7 +23,7 @@ struct SpanSet {
 };
 
 struct GroupSpans {
-  SpanSet tensor, expert, data, expert_data;
+  SpanSet tensor, expert, data, expert_data, context;
   // Pipeline neighbours: a pair of ranks of adjacent stages, the slowest boundary's placement (two
   // nodes if any pair of any boundary crosses nodes; groups_per_node: the pairs of one boundary
   // whose sender shares a node, and so its NICs). Every boundary is priced like the slowest.

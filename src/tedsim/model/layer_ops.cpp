@@ -177,9 +177,15 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   d.attention_dropout = m.attention_dropout > 0;
   d.T_local = s.sp ? (s.tokens + s.t - 1) / s.t : s.tokens;
   d.h = m.hidden;
-  d.s = s.s;
+  d.cp = s.cp;
+  d.s = s.s / s.cp;
   d.b = s.b;
   d.heads_local = m.heads / s.t;
+  d.attn_batch = d.b * d.heads_local * d.cp;
+  // GQA's local key heads (one at least, replicated as Megatron-Core does), MLA's per-head keys
+  // and values after the up projections.
+  d.kv_width_local = m.is_mla() ? std::int64_t(m.heads / s.t) * (m.mla.qk_head_dim() + m.mla.v_head_dim)
+                                : 2 * std::int64_t(std::max(1, m.kv_heads / s.t)) * m.head_dim();
   d.head_dim = m.head_dim();
   // The per-head layouts the unfused core reads: q, k, v; MLA's keys are query-sized (the rope key
   // copied to every head) and its values v_head_dim.
@@ -263,7 +269,16 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   if (d.rotary_elems_per_token > 0)
     x.kernel("rotary", KernelKind::elementwise, 2.0 * double(d.T) * double(d.rotary_elems_per_token) * d.B);
   x.set_module(kRecomputeCoreAttn);
-  const AttentionShape core{d.b * d.heads_local, d.s, d.qk_head_dim, d.v_head_dim, d.window};
+  const AttentionShape core{d.attn_batch, d.s, d.qk_head_dim, d.v_head_dim, d.window};
+  // Context parallelism: the ring passes every rank's keys and values once around the cp ranks
+  // (Transformer Engine's p2p ring, Megatron-Core's default cp_comm_type): cp - 1 chunks in and
+  // out, the traffic of an all-gather of them. Each step's transfer runs under the core's step
+  // on the chunk before, so the core's (cp - 1)/cp hides it. Backward sends the keys' and values'
+  // gradients too (twice the bytes) under 2.5x the compute; its exposed share is taken as forward's.
+  const int ring = d.cp > 1 ? x.collective_at("cp_kv_exchange", CollectiveOp::all_gather, GroupKind::context,
+                                              double(d.cp) * double(d.T) * double(d.kv_width_local) * d.B, Phase::cp_ring)
+                            : -1;
+  const int core_first = x.size();
   if (d.core_attention == AttentionKernel::flash) {
     // A fused kernel (Transformer Engine's flash / cuDNN attention) reads q, k, v in the
     // projection's [s, b, heads, d] layout and writes the context in it: no layout copies, and
@@ -281,16 +296,17 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     // softmax and PV as the framework runs them), else op by op.
     const bool measured = x.attention_core("attn_core", AttentionKernel::unfused, core);
     if (!measured) {
-      x.core_gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.b * d.heads_local);
-      x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.b * d.heads_local) * d.s * d.s * d.B);
+      x.core_gemm("attn_scores", d.s, d.s, d.qk_head_dim, d.attn_batch);
+      x.kernel("attn_softmax", KernelKind::softmax, 2.0 * double(d.attn_batch) * d.s * d.s * d.B);
     }
     // Dropout on the probabilities, unfused (Megatron-LM's core attention): reads and writes them
     // and writes a one-byte mask per element.
     if (d.attention_dropout)
-      x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.b * d.heads_local) * d.s * d.s);
-    if (!measured) x.core_gemm("attn_context", d.s, d.v_head_dim, d.s, d.b * d.heads_local);
+      x.kernel("attn_dropout", KernelKind::elementwise, (2.0 * d.B + 1.0) * double(d.attn_batch) * d.s * d.s);
+    if (!measured) x.core_gemm("attn_context", d.s, d.v_head_dim, d.s, d.attn_batch);
     x.kernel("attn_merge_heads", KernelKind::elementwise, 2.0 * double(d.T) * double(d.heads_local * d.v_head_dim) * d.B);
   }
+  if (ring >= 0) x.hide_behind(x.seconds_since(core_first) * double(d.cp - 1) / double(d.cp), {ring});
   x.set_module(0);
   x.gemm("attn_out_proj", d.T, d.h, d.heads_local * d.v_head_dim);
   tp_block_exit(x, d, "tp_allreduce_attn", "sp_reducescatter_attn");

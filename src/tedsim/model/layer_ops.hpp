@@ -133,7 +133,12 @@ class BlockBuilder {
 struct LayerDims {
   std::int64_t T;        // tokens of the micro-batch per tensor group (b * s)
   std::int64_t T_local;  // tokens each tensor rank holds between blocks: T/t with SP, else T
+  // s: the query rows of each sequence on this rank (s / cp); attn_batch: the attention core's
+  // batch, b x local heads x cp, so that cp blocks of s/cp rows price the rank's share, 1/cp of
+  // the whole causal core, at the rate of s/cp-long sequences (Megatron-Core's ring steps).
   std::int64_t h, s, b, heads_local, head_dim, qkv_out, ffn_local_dense, fc1_factor;
+  std::int64_t cp = 1, attn_batch = 1;
+  std::int64_t kv_width_local = 0;  // the keys' and values' elements per token that a CP ring sends
   std::int64_t shared_local;  // all shared experts' width per tensor rank (0: none)
   double B;  // activation bytes
   bool sp;

@@ -15,7 +15,7 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
   // each, their dropout masks sbh each, the layernorms' inputs 4sbh: 10sbh) divides by t only with
   // sequence parallelism. Selective recompute of the attention core drops 5as^2b/t; a fused
   // (flash) core never holds it.
-  const double sb = double(s.s) * s.b, h = m.hidden, t = s.t, a = m.heads, B = s.act_bytes;
+  const double sb = double(s.s) * s.b / s.cp, h = m.hidden, t = s.t, a = m.heads, B = s.act_bytes;
   const double scale = B / 2.0;
   const double shard = s.sp ? t : 1.0;  // the replicated parts with SP
   const double block_input = scale * 2.0 * sb * h / shard;

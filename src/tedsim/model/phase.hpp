@@ -19,6 +19,8 @@ enum class Phase : std::uint8_t {
   pp_bubble,     // a pipeline stage idle, waiting on a neighbour's compute
   pp_p2p,        // a pipeline stage idle, waiting on an activation or gradient in flight
   host_launch,   // the compute stream idle, waiting on the host (CPU) to launch its next kernel
+  cp_ring,       // context parallelism's key/value exchange around the ring, where the attention
+                 // core's steps do not cover it
   count
 };
 inline constexpr int kPhaseCount = int(Phase::count);

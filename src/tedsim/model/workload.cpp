@@ -22,6 +22,7 @@ const char* to_string(Phase p) {
     case Phase::pp_bubble: return "pp_bubble";
     case Phase::pp_p2p: return "pp_p2p";
     case Phase::host_launch: return "host_launch";
+    case Phase::cp_ring: return "cp_ring";
     case Phase::count: break;
   }
   return "?";
@@ -70,13 +71,14 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
   s.e = c.ep;
   s.p = c.pp;
   s.v = c.vpp;
-  s.d = c.dp();
+  s.d = c.dp_with_cp();
+  s.cp = c.cp;
   s.de = c.dp_expert();
   s.b = c.micro_batch;
   s.s = c.seq_len > 0 ? c.seq_len : m.seq_len;
   s.ga = c.grad_accum();
   s.sp = c.sequence_parallel && c.tp > 1;
-  s.tokens = std::int64_t(s.b) * s.s;
+  s.tokens = std::int64_t(s.b) * s.s / s.cp;
   s.dtype = m.dtype;
   s.act_bytes = bytes_of(storage_dtype(m.dtype));
   if (m.is_moe()) {

@@ -89,9 +89,10 @@ struct LayerBlocks {
 
 // Sizes of one micro-batch on one rank, resolved from model and configuration.
 struct StepShape {
-  int t = 1, e = 1, d = 1, de = 1, b = 1, s = 1, ga = 1, p = 1, v = 1;
+  // d: the ranks ZeRO shards the non-expert state over (the data group, with its context ranks).
+  int t = 1, e = 1, d = 1, de = 1, b = 1, s = 1, ga = 1, p = 1, v = 1, cp = 1;
   bool sp = false;                  // sequence parallelism
-  std::int64_t tokens = 0;          // T = b * s, per tensor group
+  std::int64_t tokens = 0;          // T = b * s / cp, per tensor group
   std::int64_t capacity = 0;        // C, per expert, from the router's tokens (T/t with SP)
   std::int64_t capacity_a2a = 0;    // C' = C/t with DTD (t > 1), else C
   std::int64_t expert_rows = 0;     // tokens each local expert processes

@@ -24,7 +24,7 @@ constexpr std::size_t kMaxTimelineEvents = 20000;
 
 // The cost model's phases and memory parts in their order: each keeps one colour on every chart.
 const std::vector<std::string> kPhases = {"compute", "tp_allreduce", "tp_allgather", "ep_alltoall", "dp_grad_sync",
-                                          "optimizer", "other", "pp_bubble", "pp_p2p", "host_launch"};
+                                          "optimizer", "other", "pp_bubble", "pp_p2p", "host_launch", "cp_ring"};
 const std::vector<std::string> kMemoryParts = {"weights", "grads", "optimizer", "activations", "moe_buffers",
                                                "cac_stash", "pipeline_buffers", "optimizer_spike"};
 
@@ -49,7 +49,8 @@ std::string on_off(const json& config, const char* key) { return config.value(ke
 
 // "p1 v1 t2 e16 d64 b1 zero2 ted ..." from a JSON config: what a plan is called on the page.
 std::string plan_name(const json& c) {
-  std::string s = "p" + text(c, "pp") + " t" + text(c, "tp") + " e" + text(c, "ep") + " d" + text(c, "dp") + " b" +
+  std::string s = "p" + text(c, "pp") + " t" + text(c, "tp") + (number(c, "cp", 1) > 1 ? " c" + text(c, "cp") : std::string()) +
+                  " e" + text(c, "ep") + " d" + text(c, "dp") + " b" +
                   text(c, "micro_batch");
   if (number(c, "vpp", 1) > 1) s += " v" + text(c, "vpp");
   s += " zero" + text(c, "zero") + " " + text(c, "recompute");
@@ -209,14 +210,14 @@ void search_section(HtmlPage& page, const json& doc) {
                        text(p, "folded_into_rank") + " does");
       continue;
     }
-    rows.push_back({std::to_string(rank), text(c, "pp"), text(c, "vpp"), text(c, "tp"), text(c, "ep"), text(c, "dp"),
+    rows.push_back({std::to_string(rank), text(c, "pp"), text(c, "vpp"), text(c, "tp"), text(c, "cp", "1"), text(c, "ep"), text(c, "dp"),
                     text(c, "dp_expert"), text(c, "micro_batch"), text(c, "grad_accum"), on_off(c, "sequence_parallel"),
                     text(c, "recompute"), on_off(c, "dtd"), on_off(c, "cac"), text(c, "zero"), on_off(c, "expert_tp"),
                     text(c, "layout"), num(number(p, "iteration_time_s"), 4), num(number(p, "tokens_per_s"), 0),
                     num(number(p, "tflops_per_gpu"), 1), num(100 * number(p, "mfu"), 1),
                     num(number(p.value("memory", json::object()), "peak_gib"), 2)});
   }
-  page.table({"rank", "p", "v", "t", "e", "d", "d_e", "b", "ga", "sp", "recompute", "dtd", "cac", "zero", "etp", "layout",
+  page.table({"rank", "p", "v", "t", "c", "e", "d", "d_e", "b", "ga", "sp", "recompute", "dtd", "cac", "zero", "etp", "layout",
               "iter_s", "tokens/s", "TFLOP/s/dev", "MFU%", "peak_GiB"},
              rows, "The best " + std::to_string(results.size()) + " configurations by predicted throughput" +
                        (folded.empty() ? std::string()

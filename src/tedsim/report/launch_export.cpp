@@ -114,6 +114,7 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
   ArgList a("MEGATRON_ARGS");
   model_shape(a, m, seq, true);
   a.flag("--tensor-model-parallel-size", n(c.tp));
+  if (c.cp > 1) a.flag("--context-parallel-size", n(c.cp));
   a.flag("--pipeline-model-parallel-size", n(c.pp));
   if (c.vpp > 1) a.flag("--num-virtual-stages-per-pipeline-rank", n(c.vpp));
   if (!c.pipeline_layout.empty()) a.flag("--pipeline-model-parallel-layout", "\"" + c.pipeline_layout + "\"");
@@ -230,6 +231,9 @@ std::string megatron_deepspeed_launch(const ModelSpec& m, const TopologySpec& to
   ArgList a("MEGATRON_DEEPSPEED_ARGS");
   model_shape(a, m, seq, false);
   a.flag("--tensor-model-parallel-size", n(c.tp));
+  if (c.cp > 1)
+    a.comment("context parallelism (cp " + n(c.cp) + "): tedsim priced Megatron-Core's ring; Megatron-DeepSpeed splits "
+              "sequences its own way (Ulysses, --ds-sequence-parallel-size), which this plan's prediction does not cover");
   if (c.pp > 1) {
     a.flag("--pipeline-model-parallel-size", n(c.pp));
     if (c.vpp > 1) a.flag("--num-layers-per-virtual-pipeline-stage", n(m.layers / (c.pp * c.vpp)));

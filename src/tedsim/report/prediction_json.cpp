@@ -12,6 +12,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"vpp", c.vpp},
           {"pipeline_layout", c.pipeline_layout},
           {"tp", c.tp},
+          {"cp", c.cp},
           {"ep", c.ep},
           {"dp", c.dp()},
           {"dp_expert", c.dp_expert()},

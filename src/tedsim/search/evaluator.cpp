@@ -7,10 +7,10 @@ Evaluator::Evaluator(const ModelSpec& model, const TopologySpec& topology, const
       peak_flops_(topology.device.peak_tflops_of(model.dtype) * kTera) {}
 
 const GroupSpans& Evaluator::spans_for(const ParallelConfig& c) const {
-  const auto key = std::make_tuple(c.gpus, c.tp, c.ep, int(c.layout), c.expert_tp, c.pp);
+  const auto key = std::make_tuple(c.gpus, c.tp, c.ep, int(c.layout), c.expert_tp, c.pp, c.cp);
   auto it = spans_.find(key);
   if (it == spans_.end()) {
-    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp);
+    const TedLayout layout(c.gpus, c.tp, c.ep, c.layout, c.expert_tp, c.pp, c.cp);
     it = spans_.emplace(key, compute_group_spans(layout, topology_)).first;
   }
   return it->second;

@@ -52,7 +52,7 @@ class Evaluator {
   const TopologySpec& topology_;
   const Profile& profile_;
   double peak_flops_;
-  mutable std::map<std::tuple<int, int, int, int, bool, int>, GroupSpans> spans_;
+  mutable std::map<std::tuple<int, int, int, int, bool, int, int>, GroupSpans> spans_;
 };
 
 }  // namespace tedsim

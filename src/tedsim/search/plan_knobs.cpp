@@ -17,6 +17,7 @@ const char* knob_name(Knob k) {
     case Knob::tiled_optimizer: return "the tiled optimizer";
     case Knob::data_before_expert: return "the data-before-expert layout";
     case Knob::a2a_overlap: return "expert all-to-all overlap";
+    case Knob::context_parallel: return "context parallelism";
     case Knob::count: break;
   }
   return "?";
@@ -37,6 +38,7 @@ bool knob_on(const ParallelConfig& c, Knob k) {
     case Knob::tiled_optimizer: return c.tiled_optimizer;
     case Knob::data_before_expert: return c.layout == RankLayout::data_before_expert;
     case Knob::a2a_overlap: return c.moe_a2a_overlap;
+    case Knob::context_parallel: return c.cp > 1;
     case Knob::count: break;
   }
   return false;

@@ -21,6 +21,7 @@ enum class Knob : int {
   tiled_optimizer,
   data_before_expert,
   a2a_overlap,        // Megatron-Core's expert all-to-all overlap
+  context_parallel,   // cp > 1
   count
 };
 inline constexpr int kKnobCount = int(Knob::count);

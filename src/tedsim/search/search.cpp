@@ -33,9 +33,11 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
     if ((space.max_pp > 0 && p > space.max_pp) || p > m.layers) continue;
     const int S = G / p;  // devices of one stage
     for (int t : divisors(S)) {
+      for (int cp : divisors(S / t)) {
+      if (cp > space.max_cp) break;
       for (int e : expert_degrees) {
         if (S % (t * e) != 0) continue;
-        const int d = S / t;
+        const int d = S / (t * cp);
         if (space.global_batch % d != 0) continue;
         for (bool expert_tp : {true, false}) {
           if (!expert_tp && (t == 1 || !m.is_moe())) continue;  // only differs with experts and t > 1
@@ -71,6 +73,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             c.pp = p;
                             c.vpp = v;
                             c.tp = t;
+                            c.cp = cp;
                             c.ep = e;
                             c.micro_batch = b;
                             c.global_batch = space.global_batch;
@@ -104,6 +107,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
             }
           }
         }
+      }
       }
     }
   }

@@ -19,6 +19,7 @@ struct SearchSpace {
   std::vector<int> zero_stages = {0, 1, 2, 3};  // ZeRO stages to consider
   int max_pp = 0;     // pipeline degrees up to this (0: every divisor of the devices)
   int max_vpp = 8;    // model chunks per pipeline rank up to this (V > 1 where P x V divides the layers)
+  int max_cp = 1;     // context degrees up to this (1: none; search --max-cp)
   bool sequence_parallel = true;  // consider SP where t > 1
   // Shared experts on a side stream during the all-to-alls: it only hides time, so every plan of a
   // model with shared experts uses it (Megatron-Core's --moe-shared-expert-overlap).

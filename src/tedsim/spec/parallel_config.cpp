@@ -18,6 +18,7 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
   if (c.vpp <= 0) return "vpp must be positive, got " + s(c.vpp);
   if (c.tp <= 0) return "tp must be positive, got " + s(c.tp);
   if (c.ep <= 0) return "ep must be positive, got " + s(c.ep);
+  if (c.cp <= 0) return "cp must be positive, got " + s(c.cp);
   if (c.micro_batch <= 0) return "micro-batch must be positive, got " + s(c.micro_batch);
   if (c.global_batch <= 0) return "global batch must be positive, got " + s(c.global_batch);
   if (c.seq_len < 0) return "sequence length must be positive, got " + s(c.seq_len);
@@ -48,6 +49,17 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     return "tp " + s(c.tp) + " does not divide the shared experts' width " + s(m.shared_width());
   if (!m.is_moe() && c.ep != 1) return "ep " + s(c.ep) + " needs a MoE model (this one is dense)";
   if (m.is_moe() && m.moe.experts % c.ep != 0) return "ep " + s(c.ep) + " does not divide experts " + s(m.moe.experts);
+  if (c.cp > 1) {
+    const int seq = c.seq_len > 0 ? c.seq_len : m.seq_len;
+    // Megatron-Core splits each sequence into 2c chunks, rank i taking chunks i and 2c-1-i so that
+    // every rank has the same share of the causal mask.
+    if (seq % (2 * c.cp) != 0)
+      return "cp " + s(c.cp) + " needs the sequence length (" + s(seq) + ") divisible by 2 x cp = " + s(2 * c.cp) +
+             " (Megatron-Core's load-balanced split)";
+    if (c.stage_gpus() % (c.tp * c.cp) != 0)
+      return "tp x cp = " + s(c.tp * c.cp) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage";
+    if (m.sliding_window > 0) return "context parallelism with sliding-window attention is not modelled";
+  }
   if (c.stage_gpus() % (c.tp * c.ep) != 0)
     return "tp x ep = " + s(c.tp * c.ep) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage" +
            (c.pp > 1 ? " (gpus " + s(c.gpus) + " / pp " + s(c.pp) + ")" : std::string());
@@ -80,7 +92,8 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
 std::string ParallelConfig::describe() const {
   std::string text;
   if (pp > 1) text += "p=" + std::to_string(pp) + (vpp > 1 ? " v=" + std::to_string(vpp) : std::string()) + " ";
-  text += "t=" + std::to_string(tp) + " e=" + std::to_string(ep) + " d=" + std::to_string(dp()) +
+  text += "t=" + std::to_string(tp) + (cp > 1 ? " c=" + std::to_string(cp) : std::string()) + " e=" + std::to_string(ep) +
+          " d=" + std::to_string(dp()) +
                      " b=" + std::to_string(micro_batch) + " ga=" + std::to_string(grad_accum());
   text += dtd ? " dtd" : " -";
   text += cac ? " cac" : " -";

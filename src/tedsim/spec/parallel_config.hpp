@@ -25,6 +25,11 @@ struct ParallelConfig {
   int pp = 1;               // pipeline degree P (stages), outermost in the rank order
   int vpp = 1;              // model chunks per pipeline rank V (1: 1F1B; > 1: interleaved 1F1B)
   int tp = 1;               // tensor degree t
+  // Context degree c (Megatron-Core's --context-parallel-size): each sequence's tokens split over c
+  // ranks next to the tensor group (tp-cp-ep-dp-pp order), the attention exchanging keys and values
+  // in a ring. Gradients sync over the data group with it (d x c ranks), and the experts fold it
+  // into their data dimension, as Megatron-Core does.
+  int cp = 1;
   int ep = 1;               // expert degree e
   int micro_batch = 1;      // sequences per data-parallel replica per micro-batch (b)
   int global_batch = 1;     // sequences per iteration (B)
@@ -67,7 +72,8 @@ struct ParallelConfig {
   RankLayout layout = RankLayout::ted;
 
   int stage_gpus() const { return gpus / pp; }  // ranks of one pipeline stage
-  int dp() const { return stage_gpus() / tp; }
+  int dp() const { return stage_gpus() / (tp * cp); }  // data-parallel replicas (sequences in flight)
+  int dp_with_cp() const { return stage_gpus() / tp; }  // the gradient-sync group: replicas x context ranks
   int dp_expert() const { return expert_tp ? stage_gpus() / (tp * ep) : stage_gpus() / ep; }
   bool full_recompute() const { return recompute == Recompute::full; }
   // Selective recompute of `module` (false under full recompute, which recomputes everything).

@@ -17,14 +17,15 @@ const char* to_string(GroupKind kind) {
     case GroupKind::data: return "data";
     case GroupKind::expert_data: return "expert_data";
     case GroupKind::pipeline: return "pipeline";
+    case GroupKind::context: return "context";
   }
   return "?";
 }
 
-TedLayout::TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp, int pipeline)
-    : world_(world), t_(tensor), e_(expert), de_(0), p_(pipeline), layout_(layout), expert_tp_(expert_tp) {
-  if (world <= 0 || tensor <= 0 || expert <= 0 || pipeline <= 0)
-    throw InputError("rank layout: world, tensor, expert and pipeline degrees must be positive");
+TedLayout::TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp, int pipeline, int context)
+    : world_(world), t_(tensor), e_(expert), de_(0), p_(pipeline), c_(context), layout_(layout), expert_tp_(expert_tp) {
+  if (world <= 0 || tensor <= 0 || expert <= 0 || pipeline <= 0 || context <= 0)
+    throw InputError("rank layout: world, tensor, expert, pipeline and context degrees must be positive");
   if (world % pipeline != 0)
     throw InputError("rank layout: pipeline degree " + std::to_string(pipeline) + " does not divide " +
                      std::to_string(world) + " ranks");
@@ -32,6 +33,10 @@ TedLayout::TedLayout(int world, int tensor, int expert, RankLayout layout, bool 
   if (stage % (tensor * expert) != 0)
     throw InputError("rank layout: tensor degree " + std::to_string(tensor) + " x expert degree " +
                      std::to_string(expert) + " does not divide " + std::to_string(stage) + " ranks" +
+                     (pipeline > 1 ? " of a pipeline stage" : ""));
+  if (stage % (tensor * context) != 0)
+    throw InputError("rank layout: tensor degree " + std::to_string(tensor) + " x context degree " +
+                     std::to_string(context) + " does not divide " + std::to_string(stage) + " ranks" +
                      (pipeline > 1 ? " of a pipeline stage" : ""));
   de_ = stage / (tensor * expert);
 }
@@ -65,6 +70,7 @@ int TedLayout::group_size(GroupKind kind) const {
     case GroupKind::data: return e_ * de_;
     case GroupKind::expert_data: return expert_tp_ ? de_ : t_ * de_;
     case GroupKind::pipeline: return p_;
+    case GroupKind::context: return c_;
   }
   return 1;
 }
@@ -74,6 +80,10 @@ int TedLayout::group_count(GroupKind kind) const { return world_ / group_size(ki
 int TedLayout::group_index(GroupKind kind, int rank) const {
   const RankCoords c = coords_of(rank);
   if (kind == GroupKind::pipeline) return rank % stage_world();
+  if (kind == GroupKind::context) {
+    const int inner = rank % stage_world();
+    return inner % t_ + t_ * (inner / t_ / c_) + (stage_world() / c_) * c.p_idx;
+  }
   // Groups of the other kinds never leave their stage: number them stage by stage.
   const int per_stage = stage_world() / group_size(kind);
   return group_index_in_stage(kind, c) + per_stage * c.p_idx;
@@ -85,7 +95,8 @@ int TedLayout::group_index_in_stage(GroupKind kind, const RankCoords& c) const {
     case GroupKind::expert: return c.t_idx + t_ * c.d_idx;
     case GroupKind::data: return c.t_idx;
     case GroupKind::expert_data: return expert_tp_ ? c.t_idx + t_ * c.e_idx : c.e_idx;
-    case GroupKind::pipeline: break;
+    case GroupKind::pipeline:
+    case GroupKind::context: break;
   }
   return 0;
 }

@@ -23,6 +23,11 @@ enum class GroupKind {
   data,         // same t_idx: d = e * d_e ranks, gradient sync of non-expert parameters
   expert_data,  // ranks holding the same expert shard: d_e ranks (t * d_e without expert TP)
   pipeline,     // same rank inside its stage, one per stage: P ranks, neighbours exchange activations
+  // Context parallelism (cost model only): c ranks at stride t that share a sequence, Megatron's
+  // tp-cp-ep-dp order: same t_idx, consecutive in the index the rest of the rank counts. The data
+  // group above then holds d x c ranks (Megatron-Core's data-parallel group with context), and
+  // the expert digits fold the context ranks into their data dimension.
+  context,
 };
 const char* to_string(GroupKind kind);
 
@@ -33,12 +38,13 @@ struct RankCoords {
 class TedLayout {
  public:
   // Throws InputError unless P divides G and t*e divides G/P.
-  TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp = true, int pipeline = 1);
+  TedLayout(int world, int tensor, int expert, RankLayout layout, bool expert_tp = true, int pipeline = 1, int context = 1);
 
   int world() const { return world_; }
   int tensor() const { return t_; }
   int expert() const { return e_; }
   int pipeline() const { return p_; }
+  int context() const { return c_; }
   int stage_world() const { return world_ / p_; }
   int data() const { return stage_world() / t_; }
   int expert_data() const { return stage_world() / (t_ * e_); }
@@ -54,7 +60,7 @@ class TedLayout {
 
  private:
   int group_index_in_stage(GroupKind kind, const RankCoords& c) const;
-  int world_, t_, e_, de_, p_;
+  int world_, t_, e_, de_, p_, c_;
   RankLayout layout_;
   bool expert_tp_;
 };

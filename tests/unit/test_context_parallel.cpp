@@ -1,0 +1,122 @@
+// Context parallelism (ParallelConfig::cp): where its groups sit in the rank order, what a rank
+// computes once each sequence is split over cp ranks, the attention's key/value ring, the memory it
+// saves, and the search's context degrees.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "test_helpers.hpp"
+#include "tedsim/search/search.hpp"
+
+namespace tedsim {
+namespace {
+
+const Op* find_op(const Block& b, const char* name) {
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
+  return nullptr;
+}
+
+// Megatron's tp-cp-ep-dp-pp order: a context group is cp ranks at stride tp inside a stage, and
+// the data group (same tensor rank) holds the context ranks too.
+TEST(ContextParallel, GroupsFollowTheTensorRanksInsideAStage) {
+  const TedLayout one(16, 2, 1, RankLayout::ted, true, 1, 2);
+  EXPECT_EQ(one.group_members(GroupKind::context, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(one.group_members(GroupKind::context, 1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(one.group_members(GroupKind::context, 7), (std::vector<int>{5, 7}));
+  EXPECT_EQ(one.group_count(GroupKind::context), 8);
+  EXPECT_EQ(one.group_size(GroupKind::data), 8);  // 4 replicas x 2 context ranks
+  const TedLayout staged(16, 2, 2, RankLayout::ted, true, 2, 2);
+  EXPECT_EQ(staged.group_members(GroupKind::context, 9), (std::vector<int>{9, 11}));
+  EXPECT_EQ(staged.group_members(GroupKind::context, 12), (std::vector<int>{12, 14}));
+  // Every rank is in exactly one context group.
+  std::vector<int> seen(16, 0);
+  for (int g = 0; g < 16; ++g)
+    for (int r : staged.group_members(GroupKind::context, g)) seen[std::size_t(r)] += r == g ? 1 : 0;
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 16);
+}
+
+TEST(ContextParallel, ReplicasAreTheStageOverTensorAndContext) {
+  ParallelConfig c = test::config(64, 4, 1, 1, 64);
+  c.pp = 2;
+  c.cp = 2;
+  EXPECT_EQ(c.dp(), 4);
+  EXPECT_EQ(c.dp_with_cp(), 8);
+  EXPECT_EQ(c.grad_accum(), 16);
+  EXPECT_NE(c.describe().find("t=4 c=2 e=1 d=4"), std::string::npos) << c.describe();
+}
+
+// Llama 3.1 70B on 16 H100s at t = 8: context ranks on two nodes. Each rank holds half of each
+// sequence: half the GEMM rows, half of the causal core (load-balanced), and passes its keys and
+// values (one local key head of 128, keys and values) around the ring.
+TEST(ContextParallel, EachRankComputesItsShareAndRingsTheKeysAndValues) {
+  const test::Bench bench(test::model("hf/llama-3.1-70b"), "dgx-h100");
+  ParallelConfig c = test::config(16, 8, 1, 1, 32);
+  c.recompute = Recompute::none;
+  c.seq_len = 8192;
+  const Workload one = bench.workload(c);
+  c.cp = 2;
+  const Workload two = bench.workload(c);
+  EXPECT_EQ(two.shape.tokens, one.shape.tokens / 2);
+  const Op* core1 = find_op(one.dense.forward, "attn_core");
+  const Op* core2 = find_op(two.dense.forward, "attn_core");
+  ASSERT_NE(core1, nullptr);
+  ASSERT_NE(core2, nullptr);
+  EXPECT_NEAR(core2->flops, core1->flops / 2, 1e-6 * core1->flops);
+  EXPECT_NEAR(find_op(two.dense.forward, "qkv_proj")->flops, find_op(one.dense.forward, "qkv_proj")->flops / 2, 1.0);
+  EXPECT_EQ(find_op(one.dense.forward, "cp_kv_exchange"), nullptr);
+  const Op* ring = find_op(two.dense.forward, "cp_kv_exchange");
+  ASSERT_NE(ring, nullptr);
+  EXPECT_EQ(ring->group, GroupKind::context);
+  EXPECT_EQ(ring->phase, Phase::cp_ring);
+  EXPECT_DOUBLE_EQ(ring->bytes, 2.0 * double(two.shape.tokens) * (2 * 128) * 2);
+  // What the core's steps do not cover stays exposed; here the core covers all of it.
+  const double full = bench.evaluator.spans_for(c).context.seconds(bench.profile, CollectiveOp::all_gather, ring->bytes);
+  EXPECT_GT(full, 0.0);
+  EXPECT_EQ(bench.evaluator.spans_for(c).context.widest().nodes, 2);
+  EXPECT_LE(ring->seconds, full);
+  EXPECT_GE(ring->seconds, std::max(0.0, full - core2->seconds / 2) - 1e-12);
+  EXPECT_NE(find_op(two.dense.backward, "cp_kv_exchange"), nullptr);
+
+  // On one node's NVLink a slow enough core hides the ring; on links slow enough it shows.
+  TopologySpec slow = bench.topo;
+  slow.inter.bandwidth_gbs = 0.1;
+  const AnalyticProfile slow_profile(slow);
+  const Evaluator slow_eval(bench.m, slow, slow_profile);
+  const Workload exposed = build_workload(bench.m, c, slow_profile, slow_eval.spans_for(c));
+  EXPECT_GT(exposed.dense.forward.phase_seconds[int(Phase::cp_ring)], 0.0);
+}
+
+TEST(ContextParallel, ActivationsSplitWithTheSequence) {
+  const test::Bench bench(test::model("hf/llama-3.1-70b"), "dgx-h100");
+  ParallelConfig c = test::config(16, 8, 1, 1, 32);
+  c.recompute = Recompute::none;
+  c.seq_len = 8192;
+  const Prediction one = bench.evaluator.evaluate(c);
+  c.cp = 2;
+  const Prediction two = bench.evaluator.evaluate(c);
+  EXPECT_NEAR(two.memory.activations / one.memory.activations, 0.5, 0.02);
+  EXPECT_DOUBLE_EQ(two.memory.weights, one.memory.weights);
+  EXPECT_GT(two.sim.iteration_s, 0.0);
+}
+
+TEST(ContextParallel, SearchTriesContextDegreesOnlyWhenAsked) {
+  const ModelSpec m = test::model("hf/llama-3.1-70b");
+  SearchSpace space;
+  space.gpus = 32;
+  space.global_batch = 32;
+  space.seq_len = 8192;
+  space.max_pp = 4;
+  const auto none = enumerate_configs(m, space);
+  EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](const ParallelConfig& c) { return c.cp == 1; }));
+  space.max_cp = 4;
+  const auto some = enumerate_configs(m, space);
+  EXPECT_GT(some.size(), none.size());
+  EXPECT_TRUE(std::any_of(some.begin(), some.end(), [](const ParallelConfig& c) { return c.cp == 4; }));
+  EXPECT_TRUE(std::all_of(some.begin(), some.end(), [](const ParallelConfig& c) { return c.cp <= 4; }));
+}
+
+}  // namespace
+}  // namespace tedsim
