@@ -48,6 +48,7 @@ for i, r in enumerate(spec["rows"]):
            "--vpp", str(r.get("vpp", 1)), "--ep", str(r.get("ep", 1)), "--micro-batch", str(r.get("micro_batch", 1)),
            "--zero", str(r.get("zero", 0)), "--recompute", r.get("recompute", "full")]
     if "seq" in r: cmd += ["--seq", str(r["seq"])]
+    if "cp" in r: cmd += ["--cp", str(r["cp"])]
     if "dtype" in r: cmd += ["--dtype", r["dtype"]]
     if "imbalance" in r: cmd += ["--imbalance", str(r["imbalance"])]
     if r.get("sequence_parallel"): cmd += ["--sequence-parallel"]
