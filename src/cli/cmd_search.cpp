@@ -67,14 +67,14 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
 
 // For each choice the best plan turns on: what the best plan without it costs. The first line is
 // the heading.
-std::vector<std::string> why_this_plan(const SearchResult& r) {
+std::vector<std::string> why_this_plan(const SearchResult& r, bool moe_model) {
   std::vector<std::string> lines;
   if (r.top.empty()) return lines;
   const Prediction& best = r.top.front();
   lines.push_back("why this plan (" + best.config.describe() + ", " + human_seconds(best.sim.iteration_s) +
                   " per iteration):");
   for (int k = 0; k < kKnobCount; ++k) {
-    if (!knob_on(best.config, Knob(k))) continue;
+    if (!knob_on(best.config, Knob(k), moe_model)) continue;
     const std::optional<Prediction>& w = r.without[std::size_t(k)];
     std::string line = "  " + std::string(knob_name(Knob(k))) + ": ";
     if (!w) {
@@ -152,7 +152,7 @@ int run_search_command(const SearchOptions& o) {
   print_profile_mismatches(out, in, o.in, JobIdentity{});
   out << "evaluated " << r.evaluated << ", feasible " << r.feasible << ", "
       << fixed(r.seconds > 0 ? r.evaluated / r.seconds : 0.0, 0) << " evaluations/s, " << fixed(r.seconds, 3) << " s\n";
-  const std::vector<std::string> why_lines = why_this_plan(r);
+  const std::vector<std::string> why_lines = why_this_plan(r, in.model.is_moe());
   for (const std::string& line : why_lines) out << line << "\n";
   if (r.feasible == 0 && r.smallest_peak > 0)
     out << "no configuration fits in device memory: the smallest peak is " << fixed(r.smallest_peak / kGiB, 2)

@@ -132,14 +132,14 @@ TEST(Search, ExplainsEachChoiceWithTheBestPlanWithoutIt) {
     for (const ParallelConfig& c : configs) predictions.push_back(bench.evaluator.evaluate(c));
     int explained = 0;
     for (int k = 0; k < kKnobCount; ++k) {
-      if (!knob_on(r.top.front().config, Knob(k))) {
+      if (!knob_on(r.top.front().config, Knob(k), bench.m.is_moe())) {
         EXPECT_FALSE(r.without[std::size_t(k)].has_value()) << knob_name(Knob(k));
         continue;
       }
       double best = 0;
       std::string best_config;
       for (std::size_t i = 0; i < configs.size(); ++i) {
-        if (knob_on(configs[i], Knob(k))) continue;
+        if (knob_on(configs[i], Knob(k), bench.m.is_moe())) continue;
         const Prediction& p = predictions[i];
         if (p.fits() && p.tokens_per_s > best) {
           best = p.tokens_per_s;

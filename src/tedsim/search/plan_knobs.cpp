@@ -23,19 +23,19 @@ const char* knob_name(Knob k) {
   return "?";
 }
 
-bool knob_on(const ParallelConfig& c, Knob k) {
+bool knob_on(const ParallelConfig& c, Knob k, bool moe_model) {
   switch (k) {
     case Knob::pipeline: return c.pp > 1;
     case Knob::interleaving: return c.vpp > 1;
     case Knob::sequence_parallel: return c.sequence_parallel;
-    case Knob::dtd: return c.dtd && c.tp > 1 && !c.sequence_parallel;
+    case Knob::dtd: return moe_model && c.dtd && c.tp > 1 && !c.sequence_parallel;
     case Knob::cac: return c.cac;
     case Knob::full_recompute: return c.recompute == Recompute::full;
     case Knob::selective_recompute: return c.recompute == Recompute::selective;
     case Knob::sharded_optimizer: return c.zero >= 1;
     case Knob::zero3: return c.zero >= 3;
-    case Knob::expert_tp: return c.expert_tp && c.tp > 1;
-    case Knob::tiled_optimizer: return c.tiled_optimizer;
+    case Knob::expert_tp: return moe_model && c.expert_tp && c.tp > 1;
+    case Knob::tiled_optimizer: return moe_model && c.tiled_optimizer;
     case Knob::data_before_expert: return c.layout == RankLayout::data_before_expert;
     case Knob::a2a_overlap: return c.moe_a2a_overlap;
     case Knob::context_parallel: return c.cp > 1;

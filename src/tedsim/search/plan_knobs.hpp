@@ -27,7 +27,8 @@ enum class Knob : int {
 inline constexpr int kKnobCount = int(Knob::count);
 
 const char* knob_name(Knob k);  // "pipeline stages", "DTD", ...
-// Whether `c` turns `k` on. DTD at t = 1 or under SP, and expert TP at t = 1, change nothing: off.
-bool knob_on(const ParallelConfig& c, Knob k);
+// Whether `c` turns `k` on. DTD at t = 1 or under SP, and expert TP at t = 1, change nothing: off;
+// so are the knobs of experts (DTD, expert TP, the tiled expert optimizer) on a dense model.
+bool knob_on(const ParallelConfig& c, Knob k, bool moe_model);
 
 }  // namespace tedsim

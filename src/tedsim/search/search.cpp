@@ -216,7 +216,7 @@ Share search_share(const Evaluator& shared, const std::vector<ParallelConfig>& c
     double worst_kept = share.best.size() < keep || keep == 0 ? 0.0 : share.best.back().tokens_per_s;
     bool knobs[kKnobCount];
     for (int k = 0; k < kKnobCount; ++k) {
-      knobs[k] = knob_on(c, Knob(k));
+      knobs[k] = knob_on(c, Knob(k), evaluator.model().is_moe());
       if (!knobs[k]) worst_kept = std::min(worst_kept, share.without[std::size_t(k)].tokens_per_s);
     }
     const Prediction p = evaluator.evaluate_bounded(c, workload, every_point ? 0.0 : worst_kept);
@@ -311,7 +311,7 @@ SearchResult run_search(const Evaluator& evaluator, const SearchSpace& space, in
   for (const Ranked& r : best) result.top.push_back(evaluator.evaluate(configs[r.index]));
   if (!result.top.empty()) {
     for (int k = 0; k < kKnobCount; ++k) {
-      if (!knob_on(result.top.front().config, Knob(k))) continue;
+      if (!knob_on(result.top.front().config, Knob(k), evaluator.model().is_moe())) continue;
       Ranked off{0, 0};
       for (const Share& s : shares) {
         const Ranked& r = s.without[std::size_t(k)];
