@@ -140,15 +140,18 @@ std::string valid_degrees(const ModelSpec& model, const ParallelConfig& c) {
   space.global_batch = c.global_batch;
   space.seq_len = c.seq_len;
   space.zero_stages = {c.zero >= 0 && c.zero <= 2 ? c.zero : 1};
+  const int cp = std::max(1, c.cp);  // the pairs valid at the context degree asked for
+  space.max_cp = cp;
   std::vector<std::pair<int, int>> pairs;
   if (c.gpus > 0 && c.global_batch > 0) {
     for (const ParallelConfig& v : enumerate_configs(model, space)) {
+      if (v.cp != cp) continue;
       const std::pair<int, int> p{v.tp, v.ep};
       if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
     }
   }
   const std::string where = "'" + model.name + "' on " + std::to_string(c.gpus) + " devices with global batch " +
-                            std::to_string(c.global_batch);
+                            std::to_string(c.global_batch) + (cp > 1 ? " and --cp " + std::to_string(cp) : std::string());
   if (pairs.empty()) return "no degrees are valid for " + where;
   std::string text = "valid for " + where + ": ";
   const std::size_t shown = std::min<std::size_t>(pairs.size(), 12);

@@ -13,6 +13,13 @@
 namespace tedsim {
 namespace {
 
+// Llama 3.1 70B with Transformer Engine's fused core, which context parallelism runs in.
+ModelSpec llama_flash() {
+  ModelSpec m = test::model("hf/llama-3.1-70b");
+  m.core_attention = AttentionKernel::flash;
+  return m;
+}
+
 const Op* find_op(const Block& b, const char* name) {
   for (int i = 0; i < b.count; ++i)
     if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
@@ -52,7 +59,7 @@ TEST(ContextParallel, ReplicasAreTheStageOverTensorAndContext) {
 // sequence: half the GEMM rows, half of the causal core (load-balanced), and passes its keys and
 // values (one local key head of 128, keys and values) around the ring.
 TEST(ContextParallel, EachRankComputesItsShareAndRingsTheKeysAndValues) {
-  const test::Bench bench(test::model("hf/llama-3.1-70b"), "dgx-h100");
+  const test::Bench bench(llama_flash(), "dgx-h100");
   ParallelConfig c = test::config(16, 8, 1, 1, 32);
   c.recompute = Recompute::none;
   c.seq_len = 8192;
@@ -78,7 +85,12 @@ TEST(ContextParallel, EachRankComputesItsShareAndRingsTheKeysAndValues) {
   EXPECT_EQ(bench.evaluator.spans_for(c).context.widest().nodes, 2);
   EXPECT_LE(ring->seconds, full);
   EXPECT_GE(ring->seconds, std::max(0.0, full - core2->seconds / 2) - 1e-12);
-  EXPECT_NE(find_op(two.dense.backward, "cp_kv_exchange"), nullptr);
+  // Backward sends the gradients beside the keys and values: twice the bytes, under the backward core.
+  const Op* back = find_op(two.dense.backward, "cp_kv_exchange");
+  ASSERT_NE(back, nullptr);
+  EXPECT_DOUBLE_EQ(back->bytes, 2.0 * ring->bytes);
+  const double back_full = bench.evaluator.spans_for(c).context.seconds(bench.profile, CollectiveOp::all_gather, back->bytes);
+  EXPECT_NEAR(back->seconds, std::max(0.0, back_full - find_op(two.dense.backward, "attn_core")->seconds / 2), 1e-12);
 
   // On one node's NVLink a slow enough core hides the ring; on links slow enough it shows.
   TopologySpec slow = bench.topo;
@@ -89,8 +101,58 @@ TEST(ContextParallel, EachRankComputesItsShareAndRingsTheKeysAndValues) {
   EXPECT_GT(exposed.dense.forward.phase_seconds[int(Phase::cp_ring)], 0.0);
 }
 
+// Communication-aware checkpointing stashes the collectives' outputs, but not the ring's gathered
+// keys and values: full recompute replays the ring either way.
+TEST(ContextParallel, RecomputeReplaysTheRingEvenUnderCac) {
+  const test::Bench bench(llama_flash(), "dgx-h100");
+  ParallelConfig c = test::config(16, 8, 1, 1, 32);
+  c.seq_len = 8192;
+  c.cp = 2;
+  c.recompute = Recompute::full;
+  c.cac = true;
+  const Workload w = bench.workload(c);
+  EXPECT_NE(find_op(w.dense.recompute, "cp_kv_exchange"), nullptr);
+  EXPECT_EQ(find_op(w.dense.recompute, "tp_allreduce_attn"), nullptr);  // stashed by CAC
+}
+
+// Megatron-Core runs context parallelism in Transformer Engine's attention only.
+TEST(ContextParallel, NeedsTheFusedCore) {
+  ParallelConfig c = test::config(16, 8, 1, 1, 32);
+  c.seq_len = 8192;
+  c.cp = 2;
+  EXPECT_NE(config_violation(c, test::model("hf/llama-3.1-70b")).find("fused attention core"), std::string::npos);
+  EXPECT_EQ(config_violation(c, llama_flash()), "");
+}
+
+// The search reuses a workload only between plans of the same context degree: its best plan is
+// the best of every plan evaluated on its own.
+TEST(ContextParallel, SearchRanksEachContextDegreeOnItsOwnWorkload) {
+  const test::Bench bench(llama_flash(), "dgx-h100");
+  SearchSpace space;
+  space.gpus = 16;
+  space.global_batch = 16;
+  space.seq_len = 16384;
+  space.max_pp = 2;
+  space.max_cp = 4;
+  space.zero_stages = {1};
+  const std::vector<ParallelConfig> configs = enumerate_configs(bench.m, space);
+  double best = 0;
+  std::string best_plan;
+  for (const ParallelConfig& c : configs) {
+    const Prediction p = bench.evaluator.evaluate(c);
+    if (p.fits() && p.tokens_per_s > best) {
+      best = p.tokens_per_s;
+      best_plan = c.describe();
+    }
+  }
+  const SearchResult r = run_search(bench.evaluator, space, 1, {}, 1);
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_EQ(r.top.front().config.describe(), best_plan);
+  EXPECT_NEAR(r.top.front().tokens_per_s, best, 1e-9 * best);
+}
+
 TEST(ContextParallel, ActivationsSplitWithTheSequence) {
-  const test::Bench bench(test::model("hf/llama-3.1-70b"), "dgx-h100");
+  const test::Bench bench(llama_flash(), "dgx-h100");
   ParallelConfig c = test::config(16, 8, 1, 1, 32);
   c.recompute = Recompute::none;
   c.seq_len = 8192;
@@ -103,7 +165,7 @@ TEST(ContextParallel, ActivationsSplitWithTheSequence) {
 }
 
 TEST(ContextParallel, SearchTriesContextDegreesOnlyWhenAsked) {
-  const ModelSpec m = test::model("hf/llama-3.1-70b");
+  const ModelSpec m = llama_flash();
   SearchSpace space;
   space.gpus = 32;
   space.global_batch = 32;

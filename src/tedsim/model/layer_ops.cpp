@@ -283,7 +283,8 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
     // A fused kernel (Transformer Engine's flash / cuDNN attention) reads q, k, v in the
     // projection's [s, b, heads, d] layout and writes the context in it: no layout copies, and
     // its dropout is fused too.
-    if (x.attention_core("attn_core", AttentionKernel::flash, core)) x.host_calls_of_last(kFusedAttentionCalls);
+    // With context parallelism Transformer Engine runs the core as cp ring steps, each its own calls.
+    if (x.attention_core("attn_core", AttentionKernel::flash, core)) x.host_calls_of_last(kFusedAttentionCalls * double(d.cp));
     else
       throw InputError("--attention-kernel flash: the profile (" + x.profile_description() +
                        ") has no measured flash-attention rates; use --attention-kernel unfused, or a topology "

@@ -138,6 +138,15 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
     if (f.is_collective) {
       Op b = f;
       b.host_sync = false;  // backward reuses the forward's sizes: nothing to read back
+      // Context parallelism's ring sends the keys' and values' gradients beside them (twice the
+      // bytes), under the backward core's steps but its first.
+      if (f.group == GroupKind::context && backward.count > 0 && backward.ops[backward.count - 1].is_attention) {
+        const SpanSet& ring = spans.of(GroupKind::context);
+        const double cp = double(ring.widest().ranks);
+        b.bytes = 2.0 * f.bytes;
+        b.seconds = std::max(0.0, ring.seconds(profile, f.collective, b.bytes) -
+                                      backward.ops[backward.count - 1].seconds * (cp - 1.0) / cp);
+      }
       const bool sp = std::strncmp(f.name, "sp_", 3) == 0;
       if (sp && (f.collective == CollectiveOp::all_gather || f.collective == CollectiveOp::reduce_scatter)) {
         b.name = sp_backward_name(f.name);
@@ -195,11 +204,13 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
 }
 
 // Full recompute replays the whole forward (CAC: without its collectives, whose outputs were
-// stashed); selective recompute replays the chosen modules' ops, their collectives included.
+// stashed, but for context parallelism's ring, whose gathered keys and values CAC does not keep);
+// selective recompute replays the chosen modules' ops, their collectives included.
 void recompute_from(const Block& forward, Block& recompute, const ParallelConfig& c) {
   for (int i = 0; i < forward.count; ++i) {
     const Op& op = forward.ops[i];
-    const bool chosen = c.full_recompute() ? !(c.cac && op.is_collective)
+    const bool stashed = c.cac && op.is_collective && op.group != GroupKind::context;
+    const bool chosen = c.full_recompute() ? !stashed
                                            : c.recompute == Recompute::selective && (op.module & c.recompute_modules) != 0;
     if (chosen) recompute.add(op);
   }

@@ -187,7 +187,7 @@ void simulate_section(HtmlPage& page, const json& p) {
 // ---- search ---------------------------------------------------------------------------------
 
 const std::vector<std::string>& knob_fields() {
-  static const std::vector<std::string> fields = {"layout", "zero", "recompute", "pp", "tp", "ep", "micro_batch",
+  static const std::vector<std::string> fields = {"layout", "zero", "recompute", "pp", "tp", "cp", "ep", "micro_batch",
                                                   "dtd", "cac", "sequence_parallel", "expert_tp", "vpp"};
   return fields;
 }

@@ -115,7 +115,7 @@ nlohmann::json search_json(const SearchResult& r, const ModelSpec& m) {
     for (const PlanPoint& p : r.points) {
       const ParallelConfig& c = p.config;
       points.push_back({{"plan", c.describe()}, {"tokens_per_s", p.tokens_per_s}, {"iteration_time_s", p.iteration_s},
-                        {"peak_gib", p.peak_bytes / kGiB}, {"pp", c.pp}, {"vpp", c.vpp}, {"tp", c.tp}, {"ep", c.ep},
+                        {"peak_gib", p.peak_bytes / kGiB}, {"pp", c.pp}, {"vpp", c.vpp}, {"tp", c.tp}, {"cp", c.cp}, {"ep", c.ep},
                         {"micro_batch", c.micro_batch}, {"zero", c.zero}, {"recompute", to_string(c.recompute)},
                         {"dtd", c.dtd}, {"cac", c.cac}, {"sequence_parallel", c.sequence_parallel},
                         {"expert_tp", c.expert_tp}, {"layout", to_string(c.layout)}});

@@ -38,8 +38,8 @@
 namespace tedsim::runtime {
 
 // The cost model's Phase keys, in its order (the runtime does not link the cost model); all but
-// its last, host_launch: the runtime's kernels are launched from C++, whose host cost is in the
-// kernels' own times.
+// its last two: host_launch (the runtime's kernels are launched from C++, whose host cost is in
+// the kernels' own times) and cp_ring (the runtime runs no context parallelism).
 inline constexpr int kPhaseCount = 9;
 enum PhaseIndex { kCompute, kTpAllReduce, kTpAllGather, kEpAllToAll, kDpGradSync, kOptimizer, kOther, kPpBubble, kPpP2p };
 const char* phase_key(int phase);  // "compute", "tp_allreduce", ...

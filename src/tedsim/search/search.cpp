@@ -167,7 +167,7 @@ namespace {
 
 // Everything but the chunk count, the optimizer tiling and ZeRO 0-2 shapes the per-layer workload.
 bool same_workload(const ParallelConfig& a, const ParallelConfig& b) {
-  return a.gpus == b.gpus && a.pp == b.pp && a.tp == b.tp && a.ep == b.ep && a.micro_batch == b.micro_batch &&
+  return a.gpus == b.gpus && a.pp == b.pp && a.tp == b.tp && a.cp == b.cp && a.ep == b.ep && a.micro_batch == b.micro_batch &&
          a.global_batch == b.global_batch && a.seq_len == b.seq_len && a.dtd == b.dtd && a.cac == b.cac &&
          a.recompute == b.recompute && a.recompute_modules == b.recompute_modules &&
          a.sequence_parallel == b.sequence_parallel && (a.zero >= 3) == (b.zero >= 3) && a.expert_tp == b.expert_tp &&

@@ -46,7 +46,10 @@ void ArrivalSkew::add_skeleton(const Block& block) {
   double compute = 0;
   for (int i = 0; i < block.count; ++i) {
     const Op& op = block.ops[i];
-    if (op.is_collective && multi_[std::size_t(op.group)] && op.seconds > 0) {
+    // The kinds calibration measures arrivals for (tensor to expert_data); the context ring runs
+    // under the attention core and is not one of them.
+    const bool measured_kind = std::size_t(op.group) < multi_.size();
+    if (op.is_collective && measured_kind && multi_[std::size_t(op.group)] && op.seconds > 0) {
       s.meetings.push_back({op.group, op.phase, compute});
       compute = 0;
     }

@@ -59,6 +59,10 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     if (c.stage_gpus() % (c.tp * c.cp) != 0)
       return "tp x cp = " + s(c.tp * c.cp) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage";
     if (m.sliding_window > 0) return "context parallelism with sliding-window attention is not modelled";
+    // Megatron-Core runs it inside Transformer Engine's attention only (its local core asserts cp 1).
+    if (m.core_attention != AttentionKernel::flash)
+      return "context parallelism needs the fused attention core (--attention-kernel flash): Megatron-Core runs it in "
+             "Transformer Engine's attention only";
   }
   if (c.stage_gpus() % (c.tp * c.ep) != 0)
     return "tp x ep = " + s(c.tp * c.ep) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage" +
