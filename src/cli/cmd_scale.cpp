@@ -20,6 +20,7 @@ struct ScaleOptions {
   std::vector<int> sizes = {32, 64, 128, 256};
   int threads = 0;
   int max_pp = 0;
+  int max_cp = 1;
 };
 
 int run_scale(const ScaleOptions& o) {
@@ -27,6 +28,7 @@ int run_scale(const ScaleOptions& o) {
   for (int g : o.sizes)
     if (g <= 0) throw InputError("--gpus: expected positive cluster sizes, got " + std::to_string(g));
   if (o.threads < 0) throw InputError("--threads: expected a positive count (0: every core), got " + std::to_string(o.threads));
+  if (o.max_cp < 1) throw InputError("--max-cp: expected a positive degree (1: no context parallelism), got " + std::to_string(o.max_cp));
   InputOptions first = o.in;
   first.gpus = o.sizes.front();
   Inputs in = load_inputs(first);
@@ -43,6 +45,7 @@ int run_scale(const ScaleOptions& o) {
     space.global_batch = o.in.global_batch;
     space.seq_len = o.in.seq_len;
     space.max_pp = o.max_pp;
+    space.max_cp = o.max_cp;
     nlohmann::json entry = {{"gpus", g}};
     const std::string why = explain_no_valid_configuration(in.model, space);
     if (!why.empty()) {
@@ -88,6 +91,7 @@ void register_scale(CLI::App& app, Action& action) {
   cmd->add_option("--gpus", o->sizes, "cluster sizes, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads sharing each search (default: every core)");
   cmd->add_option("--max-pp", o->max_pp, "largest pipeline degree to consider (default: every divisor)");
+  cmd->add_option("--max-cp", o->max_cp, "largest context degree to consider (default 1: none)")->capture_default_str();
   cmd->callback([o, &action] { action = [o] { return run_scale(*o); }; });
 }
 
