@@ -49,6 +49,8 @@ for i, r in enumerate(spec["rows"]):
            "--zero", str(r.get("zero", 0)), "--recompute", r.get("recompute", "full")]
     if "seq" in r: cmd += ["--seq", str(r["seq"])]
     if "cp" in r: cmd += ["--cp", str(r["cp"])]
+    if "layout" in r: cmd += ["--layout", r["layout"]]
+    if r.get("expert_tp") is False: cmd += ["--no-expert-tp"]
     if "dtype" in r: cmd += ["--dtype", r["dtype"]]
     if "imbalance" in r: cmd += ["--imbalance", str(r["imbalance"])]
     if r.get("sequence_parallel"): cmd += ["--sequence-parallel"]

@@ -57,7 +57,9 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
                    std::to_string(c.cp), std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
                    std::to_string(c.micro_batch), std::to_string(c.grad_accum()), yn(c.sequence_parallel), recompute,
                    yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp),
-                   yn(c.tiled_optimizer), c.layout == RankLayout::ted ? "ted" : "dbe", yn(c.moe_a2a_overlap),
+                   yn(c.tiled_optimizer),
+                   c.layout == RankLayout::ted ? "ted" : c.layout == RankLayout::data_before_expert ? "dbe" : "fold",
+                   yn(c.moe_a2a_overlap),
                    fixed(p.sim.iteration_s, 4),
                    fixed(p.tokens_per_s, 0), fixed(p.tflops_per_gpu, 1), fixed(100 * p.mfu, 1),
                    fixed(p.memory.peak / kGiB, 2)});

@@ -121,6 +121,9 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
   if (o.knobs.moe_a2a_overlap)
     throw InputError("--moe-a2a-overlap: validate's training step runs its passes one at a time on one stream (simulate and "
                      "search model the overlap)");
+  if (o.knobs.layout == "folded")
+    throw InputError("--layout folded: validate's training step runs the TED layouts, experts inside the tensor x expert "
+                     "x data grid (simulate, search and calibrate take the folded one)");
   if (o.knobs.cp != 1)
     throw InputError("--cp " + std::to_string(o.knobs.cp) +
                      ": validate's training step runs no context parallelism yet (simulate and search model it)");

@@ -116,7 +116,11 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
                  "--cuda-graph-scope): none, or a list of attn, mlp, moe_router, moe_preprocess; priced on the host "
                  "side where the topology has a host section")
       ->capture_default_str();
-  app.add_option("--layout", o.layout, "rank layout: ted (tensor, expert, data) or data_before_expert")->capture_default_str();
+  app.add_option("--layout", o.layout,
+                 "rank layout: ted (tensor, expert, data), data_before_expert, or folded (Megatron-Core's MoE parallel "
+                 "folding: whole experts on their own grid over the stage, expert groups across tensor ranks; needs "
+                 "--no-expert-tp, and --sequence-parallel with --tp > 1)")
+      ->capture_default_str();
 }
 
 void note_defaulted_degrees(const CLI::App& app, ConfigOptions& o) {

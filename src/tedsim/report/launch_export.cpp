@@ -266,6 +266,8 @@ std::string megatron_deepspeed_launch(const ModelSpec& m, const TopologySpec& to
   if (m.is_moe() && c.dtd && c.tp > 1) out += "#   duplicate token dropping (DTD): in DeepSpeed-TED's fork of DeepSpeed, not in this release\n";
   if (m.is_moe() && c.cac) out += "#   communication-aware checkpointing (CAC): in DeepSpeed-TED's fork, not in this release\n";
   if (m.is_moe() && c.layout == RankLayout::data_before_expert) out += "#   the data-before-expert rank layout\n";
+  if (m.is_moe() && c.layout == RankLayout::folded)
+    out += "#   MoE parallel folding (expert groups across tensor ranks): Megatron-Core's, not DeepSpeed's\n";
   if (c.recompute == Recompute::selective && c.recompute_modules != kRecomputeCoreAttn)
     out += "#   selective recompute of modules other than the attention core\n";
   if (c.adam_moments == Dtype::bf16) out += "#   Adam's moments in bf16 (DeepSpeed's Adam keeps them in fp32)\n";

@@ -18,6 +18,7 @@ const char* knob_name(Knob k) {
     case Knob::data_before_expert: return "the data-before-expert layout";
     case Knob::a2a_overlap: return "expert all-to-all overlap";
     case Knob::context_parallel: return "context parallelism";
+    case Knob::folding: return "MoE parallel folding";
     case Knob::count: break;
   }
   return "?";
@@ -39,6 +40,7 @@ bool knob_on(const ParallelConfig& c, Knob k, bool moe_model) {
     case Knob::data_before_expert: return c.layout == RankLayout::data_before_expert;
     case Knob::a2a_overlap: return c.moe_a2a_overlap;
     case Knob::context_parallel: return c.cp > 1;
+    case Knob::folding: return c.layout == RankLayout::folded;
     case Knob::count: break;
   }
   return false;

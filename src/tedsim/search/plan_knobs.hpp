@@ -22,6 +22,7 @@ enum class Knob : int {
   data_before_expert,
   a2a_overlap,        // Megatron-Core's expert all-to-all overlap
   context_parallel,   // cp > 1
+  folding,            // Megatron-Core's MoE parallel folding (RankLayout::folded)
   count
 };
 inline constexpr int kKnobCount = int(Knob::count);

@@ -36,13 +36,19 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
       for (int cp : divisors(S / t)) {
       if (cp > space.max_cp) break;
       for (int e : expert_degrees) {
-        if (S % (t * e) != 0) continue;
+        // The TED layouts put experts inside the tensor x expert x data grid; Megatron-Core's MoE
+        // parallel folding (whole experts, with SP at t > 1) needs only e to divide the stage.
+        const bool grid = S % (t * e) == 0;
+        const bool foldable = m.is_moe() && t > 1 && e > 1 && S % e == 0 && space.sequence_parallel;
+        if (!grid && !foldable) continue;
         const int d = S / (t * cp);
         if (space.global_batch % d != 0) continue;
         for (bool expert_tp : {true, false}) {
           if (!expert_tp && (t == 1 || !m.is_moe())) continue;  // only differs with experts and t > 1
           const int de = expert_tp ? S / (t * e) : S / e;
-          for (RankLayout layout : {RankLayout::ted, RankLayout::data_before_expert}) {
+          for (RankLayout layout : {RankLayout::ted, RankLayout::data_before_expert, RankLayout::folded}) {
+            if (layout != RankLayout::folded && !grid) continue;
+            if (layout == RankLayout::folded && (!foldable || expert_tp)) continue;
             // The layouts differ only when both expert and expert-data groups have several ranks.
             if (layout == RankLayout::data_before_expert && (e == 1 || de == 1)) continue;
             for (int b : divisors(space.global_batch / d)) {

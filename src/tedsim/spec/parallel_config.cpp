@@ -64,7 +64,16 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
       return "context parallelism needs the fused attention core (--attention-kernel flash): Megatron-Core runs it in "
              "Transformer Engine's attention only";
   }
-  if (c.stage_gpus() % (c.tp * c.ep) != 0)
+  if (c.layout == RankLayout::folded) {
+    // Megatron-Core's MoE parallel folding with whole experts: the experts' own grid over the stage.
+    if (!m.is_moe()) return "the folded layout places experts: it needs a MoE model";
+    if (c.expert_tp) return "the folded layout runs whole experts (expert TP 1): add --no-expert-tp";
+    if (c.tp > 1 && !c.sequence_parallel)
+      return "the folded layout with tp > 1 needs --sequence-parallel (Megatron-Core runs MoE with tensor parallelism only "
+             "with it)";
+    if (c.stage_gpus() % c.ep != 0)
+      return "ep " + s(c.ep) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage";
+  } else if (c.stage_gpus() % (c.tp * c.ep) != 0)
     return "tp x ep = " + s(c.tp * c.ep) + " does not divide the " + s(c.stage_gpus()) + " gpus of a stage" +
            (c.pp > 1 ? " (gpus " + s(c.gpus) + " / pp " + s(c.pp) + ")" : std::string());
   // In 64 bits: a micro-batch near INT_MAX times the data degree must not overflow.
@@ -112,7 +121,7 @@ std::string ParallelConfig::describe() const {
   if (adam_moments != Dtype::fp32) text += " m16";
   if (cuda_graph_scopes != 0) text += " cg(" + cuda_graph_scopes_text(cuda_graph_scopes) + ")";
   if (moe_a2a_overlap) text += " a2ao";
-  text += layout == RankLayout::ted ? " ted" : " dbe";
+  text += layout == RankLayout::ted ? " ted" : layout == RankLayout::data_before_expert ? " dbe" : " fold";
   return text;
 }
 
@@ -128,7 +137,8 @@ std::string config_violation(const ParallelConfig& c, const ModelSpec& m) { retu
 RankLayout parse_layout(const std::string& text) {
   if (text == "ted") return RankLayout::ted;
   if (text == "data_before_expert" || text == "dbe") return RankLayout::data_before_expert;
-  throw InputError("--layout: expected ted or data_before_expert, got '" + text + "'");
+  if (text == "folded") return RankLayout::folded;
+  throw InputError("--layout: expected ted, data_before_expert or folded, got '" + text + "'");
 }
 
 const char* to_string(MoeDispatcher dispatcher) { return dispatcher == MoeDispatcher::flex ? "flex" : "alltoall"; }

@@ -14,7 +14,12 @@
 
 namespace tedsim {
 
-enum class RankLayout { ted, data_before_expert };
+// folded: Megatron-Core's MoE parallel folding with whole experts (expert TP 1): attention keeps
+// the tensor and data digits above, while the experts number the stage's ranks on their own,
+//     rank_in_stage = e_idx + e * edp_idx,
+// so an expert group is e consecutive ranks that may span tensor ranks, and e need only divide the
+// stage (not t * e). Cost model and calibration only; the training step runs the TED layouts.
+enum class RankLayout { ted, data_before_expert, folded };
 const char* to_string(RankLayout layout);
 
 enum class GroupKind {
@@ -47,7 +52,7 @@ class TedLayout {
   int context() const { return c_; }
   int stage_world() const { return world_ / p_; }
   int data() const { return stage_world() / t_; }
-  int expert_data() const { return stage_world() / (t_ * e_); }
+  int expert_data() const { return de_; }
 
   int rank_of(RankCoords c) const;
   RankCoords coords_of(int rank) const;
