@@ -274,7 +274,7 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   // (Transformer Engine's p2p ring, Megatron-Core's default cp_comm_type): cp - 1 chunks in and
   // out, the traffic of an all-gather of them. Each step's transfer runs under the core's step
   // on the chunk before, so the core's (cp - 1)/cp hides it. Backward sends the keys' and values'
-  // gradients too (twice the bytes) under 2.5x the compute; its exposed share is taken as forward's.
+  // gradients too (twice the bytes), under the backward core's steps (mirror_backward).
   const int ring = d.cp > 1 ? x.collective_at("cp_kv_exchange", CollectiveOp::all_gather, GroupKind::context,
                                               double(d.cp) * double(d.T) * double(d.kv_width_local) * d.B, Phase::cp_ring)
                             : -1;
