@@ -24,17 +24,21 @@ class DroplessDispatcher final : public TokenDispatcher {
     c.ops.dispatch(*A.routing, xn, d.hidden, dbuf);
     // Each peer learns how many rows of each of its experts come from here (exact as floats). The
     // counts travel in the backend's memory (NCCL reads device memory) and come back to the host,
-    // which sizes and places the rows.
-    std::vector<float> counts(E);
-    for (int e = 0; e < E; ++e) counts[e] = static_cast<float>(A.kept[e]);
-    float* sc = ensure(c.ws.count_send, E);
-    float* rc = ensure(c.ws.count_recv, E);
-    c.ops.from_host(counts.data(), sc, E);
-    c.collective(Coll::all_to_all, *c.ep, sc, rc, E, kEpAllToAll, "ep_alltoall_dispatch");
-    c.ops.to_host(rc, counts.data(), E);
-    A.received.resize(E);
-    for (int i = 0; i < E; ++i) A.received[i] = static_cast<std::int32_t>(counts[i]);
+    // which sizes and places the rows. Alone in its expert group, a rank receives what it kept.
     const int S = c.ep->size();
+    if (S == 1) {
+      A.received = A.kept;
+    } else {
+      std::vector<float> counts(E);
+      for (int e = 0; e < E; ++e) counts[e] = static_cast<float>(A.kept[e]);
+      float* sc = ensure(c.ws.count_send, E);
+      float* rc = ensure(c.ws.count_recv, E);
+      c.ops.from_host(counts.data(), sc, E);
+      c.collective(Coll::all_to_all, *c.ep, sc, rc, E, kEpAllToAll, "ep_alltoall_dispatch");
+      c.ops.to_host(rc, counts.data(), E);
+      A.received.resize(E);
+      for (int i = 0; i < E; ++i) A.received[i] = static_cast<std::int32_t>(counts[i]);
+    }
     A.expert_rows.assign(El, 0);
     std::size_t total = 0;
     for (int x = 0; x < El; ++x) {
@@ -134,36 +138,51 @@ class DroplessDispatcher final : public TokenDispatcher {
   }
 
   // The dispatch buffer [E][capacity][h] (expert e's kept rows at [e][0, kept[e])) -> the local
-  // experts' rows from every source, expert-major.
+  // experts' rows from every source, expert-major. As in Megatron-Core's dispatcher, a copy that
+  // would change nothing is not made: with one rank in the expert group there is no exchange (its
+  // packed rows are already expert-major), and with one local expert the received rows are
+  // already expert-major (source order is expert order); only several sources and several local
+  // experts need the regrouping (sort_chunks_by_idxs there, priced as expert_major_layout).
   static void exchange_out(StepContext& c, const MoeActs& A, const float* dbuf, float* expert_rows) {
     const int S = c.ep->size(), El = c.dims.local_experts, Cl = A.dropless_capacity;
     const std::size_t hh = static_cast<std::size_t>(c.dims.hidden);
     const std::vector<std::size_t> send_counts = to_owners(c, A), recv_counts = from_sources(c, A);
-    float* sb = ensure(c.ws.send, total(send_counts));
+    const bool exchange = S > 1, regroup = exchange && El > 1;
+    float* packed = exchange ? ensure(c.ws.send, total(send_counts)) : expert_rows;
     std::size_t at = 0;
     for (int e = 0; e < c.dims.experts; ++e) {
       const std::size_t n = std::size_t(A.kept[e]) * hh;
-      c.ops.copy(sb + at, dbuf + std::size_t(e) * Cl * hh, n);
+      c.ops.copy(packed + at, dbuf + std::size_t(e) * Cl * hh, n);
       at += n;
     }
-    float* rb = ensure(c.ws.recv, total(recv_counts));
-    c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_dispatch");
-    relayout(c, A, rb, offsets(A, S, El, hh, false), expert_rows, offsets(A, S, El, hh, true));
+    if (!exchange) return;
+    float* rb = regroup ? ensure(c.ws.recv, total(recv_counts)) : expert_rows;
+    c.all_to_all_v(packed, send_counts, rb, recv_counts, "ep_alltoall_dispatch");
+    if (regroup) relayout(c, A, rb, offsets(A, S, El, hh, false), expert_rows, offsets(A, S, El, hh, true));
   }
 
   // The exact inverse: expert-major rows back to the dispatch buffer's layout.
   static void exchange_back(StepContext& c, const MoeActs& A, const float* expert_rows, float* dbuf) {
     const int S = c.ep->size(), El = c.dims.local_experts, Cl = A.dropless_capacity;
     const std::size_t hh = static_cast<std::size_t>(c.dims.hidden);
-    const std::vector<std::size_t> send_counts = from_sources(c, A), recv_counts = to_owners(c, A);
-    float* sb = ensure(c.ws.send, total(send_counts));
-    relayout(c, A, expert_rows, offsets(A, S, El, hh, true), sb, offsets(A, S, El, hh, false));
-    float* rb = ensure(c.ws.recv, total(recv_counts));
-    c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_combine");
+    const bool exchange = S > 1, regroup = exchange && El > 1;
+    const float* packed = expert_rows;
+    if (exchange) {
+      const std::vector<std::size_t> send_counts = from_sources(c, A), recv_counts = to_owners(c, A);
+      const float* sb = expert_rows;
+      if (regroup) {
+        float* regrouped = ensure(c.ws.send, total(send_counts));
+        relayout(c, A, expert_rows, offsets(A, S, El, hh, true), regrouped, offsets(A, S, El, hh, false));
+        sb = regrouped;
+      }
+      float* rb = ensure(c.ws.recv, total(recv_counts));
+      c.all_to_all_v(sb, send_counts, rb, recv_counts, "ep_alltoall_combine");
+      packed = rb;
+    }
     std::size_t at = 0;
     for (int e = 0; e < c.dims.experts; ++e) {
       const std::size_t n = std::size_t(A.kept[e]) * hh;
-      c.ops.copy(dbuf + std::size_t(e) * Cl * hh, rb + at, n);
+      c.ops.copy(dbuf + std::size_t(e) * Cl * hh, packed + at, n);
       at += n;
     }
   }
