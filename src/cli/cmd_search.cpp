@@ -27,6 +27,7 @@ struct SearchOptions {
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";
+  bool fused_grouped_mlp = false;
   std::string moe_a2a_overlap = "off";
   int moe_a2a_overlap_sms = 20;
   int emit_rank = 1;
@@ -116,6 +117,8 @@ int run_search_command(const SearchOptions& o) {
   space.moe_dispatcher = parse_moe_dispatcher(o.moe_dispatcher);
   space.adam_moments = parse_adam_moments(o.adam_moments);
   space.cuda_graph_scopes = parse_cuda_graph_scopes(o.cuda_graph_scope);
+  space.fused_grouped_mlp = o.fused_grouped_mlp;
+  check_fused_grouped_mlp(o.fused_grouped_mlp, in.topology);
   if (o.moe_a2a_overlap == "off")
     space.a2a_overlap = {false};
   else if (o.moe_a2a_overlap == "on")
@@ -197,8 +200,12 @@ void register_search(CLI::App& app, Action& action) {
   cmd->add_option("--adam-moments", o->adam_moments, "every plan's Adam moments: fp32 or bf16 (master weights stay fp32)")
       ->capture_default_str();
   cmd->add_option("--cuda-graph-scope", o->cuda_graph_scope,
-                  "every plan's CUDA-graph scopes: none, or a list of attn, mlp, moe_router, moe_preprocess")
+                  "every plan's CUDA-graph scopes: none, full_iteration, or a list of attn, mlp, moe_router, "
+                  "moe_preprocess")
       ->capture_default_str();
+  cmd->add_flag("--fused-grouped-mlp", o->fused_grouped_mlp,
+                "every plan's experts as Transformer Engine's fused grouped MLP (MXFP8 on Blackwell; plans with expert "
+                "TP are left out)");
   cmd->add_option("--moe-a2a-overlap", o->moe_a2a_overlap,
                   "expert all-to-all overlap (Megatron-Core's --overlap-moe-expert-parallel-comm): off, on (every plan "
                   "Megatron-Core allows it in: ep > 1, vpp > 1 with pipelines, no full recompute) or both")

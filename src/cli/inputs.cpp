@@ -113,9 +113,14 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
       ->capture_default_str();
   app.add_option("--cuda-graph-scope", o.cuda_graph_scope,
                  "parts of each layer captured as CUDA graphs (Megatron-Core's --cuda-graph-impl transformer_engine "
-                 "--cuda-graph-scope): none, or a list of attn, mlp, moe_router, moe_preprocess; priced on the host "
-                 "side where the topology has a host section")
+                 "--cuda-graph-scope): none, or a list of attn, mlp, moe_router, moe_preprocess; or full_iteration "
+                 "(--cuda-graph-impl full_iteration: the whole forward and backward, no host launches; dropless MoE "
+                 "then needs --moe-dispatcher flex and --fused-grouped-mlp); priced on the host side where the "
+                 "topology has a host section")
       ->capture_default_str();
+  add_switch(app, "fused-grouped-mlp", o.fused_grouped_mlp,
+             "the experts' MLP as Transformer Engine's fused grouped ops (Megatron-Bridge's cutedsl_fused_grouped_mlp: "
+             "GLU, probabilities and quantization in the grouped GEMMs' epilogues; MXFP8 on Blackwell only)");
   app.add_option("--layout", o.layout,
                  "rank layout: ted (tensor, expert, data), data_before_expert, or folded (Megatron-Core's MoE parallel "
                  "folding: whole experts on their own grid over the stage, expert groups across tensor ranks; needs "
@@ -201,6 +206,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.moe_dispatcher = parse_moe_dispatcher(k.moe_dispatcher);
   c.adam_moments = parse_adam_moments(k.adam_moments);
   c.cuda_graph_scopes = parse_cuda_graph_scopes(k.cuda_graph_scope);
+  c.fused_grouped_mlp = k.fused_grouped_mlp;
   c.layout = parse_layout(k.layout);
   const std::string why = config_violation(c, model);
   if (!why.empty()) {
@@ -213,6 +219,13 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
     throw InputError(text + "; " + valid_degrees(model, c));
   }
   return c;
+}
+
+void check_fused_grouped_mlp(bool fused, const TopologySpec& topology) {
+  if (fused && topology.device.fp8_recipe != Fp8Recipe::mxfp8)
+    throw InputError("--fused-grouped-mlp: topology '" + topology.name +
+                     "' trains FP8 with per-tensor scaling; Transformer Engine fuses the grouped MLP for the MXFP8 "
+                     "recipe only (Blackwell: device.fp8_recipe mxfp8)");
 }
 
 void add_emit_option(CLI::App& app, std::vector<std::string>& emit) {

@@ -52,6 +52,7 @@ struct ConfigOptions {
   std::string moe_dispatcher = "alltoall";
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";
+  bool fused_grouped_mlp = false;
   std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
   std::string recompute_modules = "core_attn";
   std::string pipeline_layout;
@@ -76,6 +77,9 @@ void note_defaulted_degrees(const CLI::App& app, ConfigOptions& options);
 // the degrees that were defaults, and the --tp/--ep pairs that are valid for this model, cluster
 // and batch.
 ParallelConfig resolve_config(const ConfigOptions& knobs, const InputOptions& inputs, const ModelSpec& model);
+// Transformer Engine fuses the grouped MLP for the MXFP8 recipe only (Blackwell): InputError on a
+// topology whose FP8 recipe is another.
+void check_fused_grouped_mlp(bool fused, const TopologySpec& topology);
 Inputs load_inputs(const InputOptions& options);
 // --capacity-factor and --imbalance onto the model, checked.
 void apply_routing_overrides(const InputOptions& options, ModelSpec& model);

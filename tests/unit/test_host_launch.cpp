@@ -144,7 +144,10 @@ TEST(HostLaunch, GraphScopesParseAndPrint) {
   EXPECT_EQ(parse_cuda_graph_scopes("attn,moe_router"), kGraphAttn | kGraphMoeRouter);
   EXPECT_EQ(cuda_graph_scopes_text(kGraphAttn | kGraphMoePreprocess), "attn,moe_preprocess");
   EXPECT_EQ(cuda_graph_scopes_text(0), "none");
-  EXPECT_THROW(parse_cuda_graph_scopes("full_iteration"), InputError);
+  EXPECT_EQ(parse_cuda_graph_scopes("full_iteration"), kGraphFullIteration);
+  EXPECT_EQ(cuda_graph_scopes_text(kGraphFullIteration), "full_iteration");
+  EXPECT_THROW(parse_cuda_graph_scopes("full_iteration,attn"), InputError);  // it stands alone
+  EXPECT_THROW(parse_cuda_graph_scopes("full"), InputError);
   EXPECT_THROW(parse_cuda_graph_scopes(""), InputError);
 }
 

@@ -4,6 +4,8 @@
 #include <array>
 #include <stdexcept>
 
+#include "tedsim/spec/cuda_graph_scope.hpp"
+
 namespace tedsim {
 namespace {
 
@@ -32,7 +34,8 @@ double host_seconds_of(const OpSequence& s, int i, double op_seconds, std::uint8
 
 HostLaunchWait wait_of(const OpSequence& s, double op_seconds, std::uint8_t graph_scopes) {
   HostLaunchWait w;
-  if (op_seconds <= 0 || s.count == 0) return w;
+  // One graph of the whole step: one launch per iteration, and no sync inside it.
+  if (op_seconds <= 0 || s.count == 0 || (graph_scopes & kGraphFullIteration)) return w;
   int first_sync = -1;
   double device_s = 0;
   for (int i = 0; i < s.count; ++i) {

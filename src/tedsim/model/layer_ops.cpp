@@ -45,12 +45,26 @@ void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, st
   op.seconds = profile_.gemm_seconds(shape);
   const Fp8Quantize q = profile_.fp8_quantize();
   if (dtype_ == Dtype::fp8 && input != Input::unquantized && q.priced()) {
-    const bool after_norm = input == Input::norm;
-    op.quantize_bytes = q.bytes(after_norm) * double(m) * double(k) * double(batch);
-    op.seconds += fp8_quantize_seconds(profile_, q, double(m) * double(k), double(batch), after_norm);
-    op.host_calls += double(batch);  // the quantizer's call (per expert in a grouped GEMM: below)
+    op.dgrad_quantize = true;
+    if (input != Input::quantized) {
+      const bool after_norm = input == Input::norm;
+      op.quantize_bytes = q.bytes(after_norm) * double(m) * double(k) * double(batch);
+      op.seconds += fp8_quantize_seconds(profile_, q, double(m) * double(k), double(batch), after_norm);
+      op.host_calls += double(batch);  // the quantizer's call (per expert in a grouped GEMM: below)
+    }
   }
   block_.add(op);
+}
+
+void BlockBuilder::fused_grouped_mlp(std::int64_t rows, std::int64_t fc1_out, std::int64_t h, std::int64_t ffn,
+                                     std::int64_t experts) {
+  // The permuted tokens are quantized as one grouped tensor (one quantizer call, not one per expert).
+  add_gemm("expert_fc1", rows, fc1_out, h, experts, Phase::compute, Input::other);
+  Op& fc1 = block_.ops[block_.count - 1];
+  fc1.dgrad_quantize = false;
+  fc1.host_calls = kGroupedLinearCallsPerCall + 1.0;
+  add_gemm("expert_fc2", rows, h, ffn, experts, Phase::compute, Input::quantized);
+  block_.ops[block_.count - 1].host_calls = kGroupedLinearCallsPerCall;
 }
 
 void BlockBuilder::grouped_gemm(const char* name, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t experts) {
@@ -442,13 +456,20 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
     x.host_calls_of_last(kChunkSortCalls);
   }
   const std::int64_t fc1_out = d.fc1_factor * s.ffn_local;
-  x.grouped_gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
-  x.set_module(kRecomputeMoe | kRecomputeMoeAct);
-  x.kernel("expert_activation", KernelKind::activation,
-           double(d.fc1_factor + 1) * double(rows) * s.local_experts * s.ffn_local * B);
-  x.set_module(kRecomputeMoe);
-  x.grouped_gemm("expert_fc2", rows, d.h, s.ffn_local, s.local_experts);
-  if (m.linear_bias && !c.moe_weights_at_combine) expert_fc2_bias(x, d, double(rows) * s.local_experts, s.local_experts);
+  if (c.fused_grouped_mlp) {
+    x.fused_grouped_mlp(rows, fc1_out, d.h, s.ffn_local, s.local_experts);
+  } else {
+    x.grouped_gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
+    x.set_module(kRecomputeMoe | kRecomputeMoeAct);
+    x.kernel("expert_activation", KernelKind::activation,
+             double(d.fc1_factor + 1) * double(rows) * s.local_experts * s.ffn_local * B);
+    x.set_module(kRecomputeMoe);
+    x.grouped_gemm("expert_fc2", rows, d.h, s.ffn_local, s.local_experts);
+  }
+  // The fused grouped MLP adds the biases inside its own kernels (Transformer Engine's grouped ops),
+  // not in Megatron-Core's per-expert loop.
+  if (m.linear_bias && !c.moe_weights_at_combine && !c.fused_grouped_mlp)
+    expert_fc2_bias(x, d, double(rows) * s.local_experts, s.local_experts);
   if (c.expert_tp) {
     const double out_bytes = double(rows) * s.local_experts * h * B;
     if (d.sp)

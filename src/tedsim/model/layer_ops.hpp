@@ -94,6 +94,11 @@ class BlockBuilder {
   // The local experts' GEMMs [rows,k] x [k,n], one per expert, as one grouped op (Transformer
   // Engine's GroupedLinear: the experts' GEMMs and their quantization are launched one by one).
   void grouped_gemm(const char* name, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t experts);
+  // The fused grouped MLP's two grouped GEMMs (ParallelConfig::fused_grouped_mlp): each one kernel
+  // for all local experts (device-side offsets). The first applies the GLU and quantizes the
+  // second's input in its epilogue, and takes its own output gradient quantized by the second's
+  // data-gradient epilogue (with the GLU's gradient); the second's input is not quantized again.
+  void fused_grouped_mlp(std::int64_t rows, std::int64_t fc1_out, std::int64_t h, std::int64_t ffn, std::int64_t experts);
   // The last op added takes this many framework calls on the host (the kernels it stands for),
   // and with `sync` the host then waits for it to finish; `forward_only`: no backward twin.
   void host_calls_of_last(double calls, bool sync = false, bool forward_only = false);
@@ -122,7 +127,7 @@ class BlockBuilder {
   Block& block_;
   const Profile& profile_;
   const GroupSpans& spans_;
-  enum class Input : std::uint8_t { other, norm, unquantized };
+  enum class Input : std::uint8_t { other, norm, unquantized, quantized };
   void add_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, Phase phase,
                 Input input);
   Dtype dtype_;

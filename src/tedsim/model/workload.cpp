@@ -174,7 +174,7 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       dgrad.quantize_bytes = wgrad.quantize_bytes = 0;
       // FP8: the output gradient is quantized once, before the data-gradient GEMM; the weight
       // gradient takes the input's column-wise copy, quantized in forward.
-      if (f.quantize_bytes > 0) {
+      if (f.dgrad_quantize) {
         const Fp8Quantize q = profile.fp8_quantize();
         dgrad.quantize_bytes = q.bytes(false) * double(g.m) * double(g.n) * double(g.batch);
         dgrad.seconds += fp8_quantize_seconds(profile, q, double(g.m) * double(g.n), double(g.batch), false);

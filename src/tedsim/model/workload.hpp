@@ -54,6 +54,9 @@ struct Op {
   bool host_sync = false;
   double host_resume_calls = 0;
   bool forward_only = false;
+  // FP8 linears: the data-gradient GEMM's incoming gradient is quantized just before it (false
+  // where another kernel's epilogue already quantized it: the fused grouped MLP's first GEMM).
+  bool dgrad_quantize = false;
   AttentionShape attention_shape() const { return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n, attention_window}; }
 };
 

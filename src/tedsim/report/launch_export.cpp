@@ -141,12 +141,25 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
     a.flag("--exp-avg-dtype", "bf16");
     a.flag("--exp-avg-sq-dtype", "bf16");
   }
-  if (c.cuda_graph_scopes != 0) {
+  if (c.cuda_graph_scopes & kGraphFullIteration) {
+    a.flag("--cuda-graph-impl", "full_iteration", "the whole forward and backward as one graph, as tedsim priced it");
+    a.flag("--no-check-for-nan-in-loss-and-grad", "", "Megatron-LM requires it with full-iteration graphs");
+    if (m.is_moe() && m.moe.dropless()) {
+      a.flag("--moe-expert-rank-capacity-factor", "1.5",
+             "HybridEP's per-rank receive budget instead of the token-count sync (Megatron-Bridge's value)");
+      a.flag("--moe-paged-stash", "", "the experts' saved activations in preallocated pages");
+    }
+  } else if (c.cuda_graph_scopes != 0) {
     std::string scopes = cuda_graph_scopes_text(c.cuda_graph_scopes);
     for (char& ch : scopes)
       if (ch == ',') ch = ' ';
     a.flag("--cuda-graph-impl", "transformer_engine", "per-layer graphs, as tedsim priced them on the host");
     a.flag("--cuda-graph-scope", scopes);
+  }
+  if (c.fused_grouped_mlp) {
+    a.flag("--use-transformer-engine-op-fuser", "",
+           "the experts as Transformer Engine's fused grouped MLP; export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1");
+    a.flag("--moe-mlp-glu-interleave-size", "32", "the fused kernels' GLU layout (Megatron-Bridge's value)");
   }
   if (c.zero == 3) {
     a.flag("--use-megatron-fsdp", "", "ZeRO-3: parameters sharded too");

@@ -33,6 +33,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"moe_dispatcher", to_string(c.moe_dispatcher)},
           {"adam_moments", to_string(c.adam_moments)},
           {"cuda_graph_scope", cuda_graph_scopes_text(c.cuda_graph_scopes)},
+          {"fused_grouped_mlp", c.fused_grouped_mlp},
           {"moe_a2a_overlap", c.moe_a2a_overlap},
           {"moe_a2a_overlap_sms", c.moe_a2a_overlap ? nlohmann::json(c.moe_a2a_overlap_sms) : nlohmann::json(nullptr)},
           {"layout", to_string(c.layout)}};

@@ -99,6 +99,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             c.moe_dispatcher = space.moe_dispatcher;
                             c.adam_moments = space.adam_moments;
                             c.cuda_graph_scopes = space.cuda_graph_scopes;
+                            c.fused_grouped_mlp = space.fused_grouped_mlp;
                             c.layout = layout;
                             if (config_is_valid(c, m)) configs.push_back(c);
                           }

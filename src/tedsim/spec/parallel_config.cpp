@@ -85,6 +85,27 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     return "the interleaved schedule (vpp " + s(c.vpp) + ") needs micro-batches per iteration (" + s(c.grad_accum()) +
            ") divisible by pp " + s(c.pp) + ", as Megatron-Core requires";
   if (c.cac && !c.full_recompute()) return "communication-aware checkpointing (cac) needs full recompute (activation checkpointing)";
+  if (c.fused_grouped_mlp) {
+    const std::string what = "the fused grouped MLP (--fused-grouped-mlp)";
+    if (!m.is_moe()) return what + " runs a MoE model's experts: this one is dense";
+    if (m.dtype != Dtype::fp8) return what + " runs in MXFP8 only (Transformer Engine's fused kernels): add --dtype fp8";
+    if (m.activation != Activation::swiglu) return what + " fuses a gated (GLU) activation: the experts' is not";
+    if (c.expert_tp && c.tp > 1) return what + " needs whole experts (expert TP 1, as Megatron-Core requires): add --no-expert-tp";
+    if (m.hidden % 64 != 0 || m.expert_ffn() % 64 != 0)
+      return what + " needs the hidden size (" + s(m.hidden) + ") and the expert width (" + s(m.expert_ffn()) +
+             ") multiples of 64 (Transformer Engine's condition)";
+    if (c.recomputes(kRecomputeMoeAct))
+      return what + " leaves no activation of its own to recompute (moe_act): drop it from --recompute-modules";
+  }
+  if ((c.cuda_graph_scopes & kGraphFullIteration) && m.is_moe() && m.moe.dropless()) {
+    // Megatron-Core captures dropless MoE without the token-count sync only with HybridEP's per-rank
+    // capacity budget (moe_expert_rank_capacity_factor), which needs the op fuser and hybridep.
+    const std::string what = "a full-iteration CUDA graph of dropless MoE";
+    if (c.moe_dispatcher != MoeDispatcher::flex)
+      return what + " needs --moe-dispatcher flex (HybridEP's per-rank capacity budget replaces the token-count sync)";
+    if (!c.fused_grouped_mlp)
+      return what + " needs --fused-grouped-mlp (Megatron-Core's capacity budget requires Transformer Engine's op fuser)";
+  }
   if (c.moe_a2a_overlap) {
     // Megatron-Core's own checks (transformer_config.py at 2edffadb).
     const std::string what = "expert all-to-all overlap (--moe-a2a-overlap)";
@@ -120,6 +141,7 @@ std::string ParallelConfig::describe() const {
   if (moe_dispatcher == MoeDispatcher::flex) text += " flex";
   if (adam_moments != Dtype::fp32) text += " m16";
   if (cuda_graph_scopes != 0) text += " cg(" + cuda_graph_scopes_text(cuda_graph_scopes) + ")";
+  if (fused_grouped_mlp) text += " fmlp";
   if (moe_a2a_overlap) text += " a2ao";
   text += layout == RankLayout::ted ? " ted" : layout == RankLayout::data_before_expert ? " dbe" : " fold";
   return text;

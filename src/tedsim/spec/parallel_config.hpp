@@ -56,6 +56,13 @@ struct ParallelConfig {
   // Parts of each layer captured as CUDA graphs (CudaGraphScope bits; 0: every kernel launched
   // eagerly by the framework, one host call each).
   std::uint8_t cuda_graph_scopes = 0;
+  // The experts' MLP as Transformer Engine's fused ops (Megatron-Core's TE op fuser with cuDNN's
+  // CuTe-DSL grouped kernels, Megatron-Bridge's cutedsl_fused_grouped_mlp): the first grouped GEMM
+  // applies the GLU, the router's probabilities and the MXFP8 quantization of the second's input
+  // in its epilogue, and in backward the second's data-gradient GEMM applies the GLU's gradient
+  // and quantizes it for the first (TE 2.16, ops/fused/{forward,backward}_grouped_mlp.py).
+  // Transformer Engine runs them for the MXFP8 recipe on Blackwell only.
+  bool fused_grouped_mlp = false;
   // Where the router's weights meet the expert outputs. Megatron-Core (the 2edffadb pin) multiplies
   // each token's probability into its expert's activation (weighted SwiGLU), so its combine keeps
   // nothing for backward; TED's step (validate's runtime, DeepSpeed) weights the outputs at the
