@@ -128,8 +128,54 @@ TEST(A2aOverlap, OneStageSavesWhatEachMergedStepSaves) {
   // With more SMs for the all-to-alls, less is saved.
   c.moe_a2a_overlap_sms = 66;
   EXPECT_GT(bench.evaluator.evaluate(c).sim.iteration_s, on.sim.iteration_s);
-  // One more micro-batch's activations in flight.
+  // The merged step runs the next forward beside the backward, layer by layer: one layer more in
+  // flight (of Qwen3-30B's 48), not one more micro-batch.
   EXPECT_GT(on.memory.activations, off.memory.activations);
+  EXPECT_LT(on.memory.activations, off.memory.activations * (1.0 + 1.5 / bench.m.layers));
+}
+
+// The merged schedule's peak against a replay at the granularity of layers: warm-up forwards
+// whole, then each steady step's forward layer i beside its backward's layer L-1-i, then the
+// cool-down backwards. The closed form may exceed the replay by at most one layer (it takes the
+// stage's largest layer and the whole forward-minus-backward difference).
+TEST(A2aOverlap, MergedStepsHoldOneLayerMoreNotOneChunk) {
+  constexpr int kLayers = 4;  // per chunk
+  for (int pp : {1, 2, 4})
+    for (int vpp : {1, 2})
+      for (int m : {4, 8}) {
+        if (vpp > 1 && (pp == 1 || m % pp != 0)) continue;
+        for (int stage = 0; stage < pp; ++stage) {
+          const double uneven[] = {8.0, 12.0};
+          const double even[] = {8.0, 8.0};
+          for (const double* bytes : {even, uneven}) {
+            const double largest_layer = (vpp > 1 ? 12.0 : 8.0) / kLayers;
+            const StageOrder order(stage, pp, vpp, m, /*merged=*/true);
+            const int warmup = warmup_forwards(stage, pp, vpp, m, true), total = m * vpp;
+            double now = 0, peak = 0;
+            for (int k = 0; k < warmup; ++k) {
+              now += bytes[order[k].chunk];
+              peak = std::max(peak, now);
+            }
+            for (int j = 0; j < total - warmup; ++j) {
+              const PipelineTask f = order[warmup + 2 * j], b = order[warmup + 2 * j + 1];
+              ASSERT_FALSE(f.backward);
+              ASSERT_TRUE(b.backward);
+              for (int i = 0; i < kLayers; ++i) {
+                now += bytes[f.chunk] / kLayers;
+                peak = std::max(peak, now);
+                now -= bytes[b.chunk] / kLayers;
+              }
+            }
+            const double closed = peak_in_flight_bytes(stage, pp, vpp, m, bytes, true, largest_layer);
+            EXPECT_GE(closed, peak - 1e-12) << pp << " " << vpp << " " << m << " " << stage;
+            EXPECT_LE(closed, peak + largest_layer + 1e-12) << pp << " " << vpp << " " << m << " " << stage;
+            // Unmerged, the same warm-up holds a whole chunk more at its peak.
+            if (bytes == even && warmup < total)
+              EXPECT_DOUBLE_EQ(peak_in_flight_bytes(stage, pp, vpp, m, bytes, true, largest_layer),
+                               warmup * 8.0 + largest_layer);
+          }
+        }
+      }
 }
 
 // Interleaved pipelines merge too; the timeline's phases still sum to the iteration, and search's

@@ -170,7 +170,7 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
 
     // What one micro-batch keeps per chunk until its backward, and the transient of recomputing.
     bool has_moe = false, has_head = false;
-    double recompute_transient = 0;
+    double recompute_transient = 0, largest_layer = 0, largest_layer_with_stash = 0;
     for (int v = 0; v < map.vpp; ++v) {
       const ModelChunk& chunk = map.chunk(stage, v);
       double bytes = 0, stash = 0;
@@ -179,15 +179,20 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
         const int layer = i < chunk.layers ? chunk.first_layer + i : m.layers - 1;
         const bool moe = m.is_moe_layer(layer);
         has_moe |= moe;
+        double layer_bytes = 0, layer_stash = 0;
         if (c.full_recompute()) {
-          bytes += layer_input;
-          if (c.cac) stash += moe ? l.cac_moe : l.cac_dense;
+          layer_bytes = layer_input;
+          if (c.cac) layer_stash = moe ? l.cac_moe : l.cac_dense;
           recompute_transient = std::max(recompute_transient, moe ? l.moe_full : l.dense_full);
         } else {
-          bytes += moe ? l.moe : l.dense;
+          layer_bytes = moe ? l.moe : l.dense;
           if (c.recompute == Recompute::selective)
             recompute_transient = std::max(recompute_transient, (moe ? l.moe_full - l.moe : l.dense_full - l.dense));
         }
+        bytes += layer_bytes;
+        stash += layer_stash;
+        largest_layer = std::max(largest_layer, layer_bytes);
+        largest_layer_with_stash = std::max(largest_layer_with_stash, layer_bytes + layer_stash);
       }
       has_head |= chunk.head;
       kept[std::size_t(v)] = bytes;
@@ -195,11 +200,13 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const ParallelConfig& c, con
     }
     // The schedule's warm-up forwards and one more are in flight at the peak (1F1B: min(P - p, m)
     // micro-batches); chunks of different sizes make it depend on which ones. The expert
-    // all-to-all overlap's merged steps warm up one forward more.
+    // all-to-all overlap's merged steps warm up one forward more, and then run each forward beside
+    // a backward layer by layer, holding one layer more than the backward has freed.
     const bool merged = c.moe_a2a_overlap;
-    const double in_flight = peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, kept.data(), merged);
+    const double in_flight = peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, kept.data(), merged, largest_layer);
     const double in_flight_with_stash =
-        c.cac ? peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, with_stash.data(), merged) : in_flight;
+        c.cac ? peak_in_flight_bytes(stage, map.pp, map.vpp, s.ga, with_stash.data(), merged, largest_layer_with_stash)
+              : in_flight;
     mem.activations = in_flight + recompute_transient + (has_head ? logits : 0.0);
     mem.cac_stash = in_flight_with_stash - in_flight;
     mem.moe_buffers = has_moe ? l.moe_transient : 0.0;

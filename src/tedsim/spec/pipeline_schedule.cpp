@@ -62,13 +62,22 @@ double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes) 
   return peak;
 }
 
-double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes, bool merged) {
+double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes, bool merged,
+                            double merged_layer_bytes) {
   const int total = microbatches * vpp, warmup = warmup_forwards(stage, pp, vpp, microbatches, merged);
   const int group = pp * vpp;
-  // Chunks of one size: the warm-up forwards and one more are the peak.
+  // What a steady step holds beyond the kept chunks: a whole forward before its backward, or in a
+  // merged step, the forward's layers as the backward's are freed, one layer ahead.
+  const auto step_peak = [&](double forward, double backward) {
+    return merged ? std::max(forward - backward, 0.0) + std::min(merged_layer_bytes, forward) : forward;
+  };
+  // Chunks of one size: the warm-up forwards and one more are the peak (merged: one layer more).
   bool equal = true;
   for (int v = 1; v < vpp; ++v) equal &= chunk_bytes[v] == chunk_bytes[0];
-  if (equal) return std::min(warmup + 1, total) * chunk_bytes[0];
+  if (equal) {
+    if (warmup >= total) return total * chunk_bytes[0];
+    return warmup * chunk_bytes[0] + step_peak(chunk_bytes[0], chunk_bytes[0]);
+  }
   // Forward k runs chunk (k mod PV) / P, backward k chunk V - 1 - (k mod PV) / P.
   const auto forward_chunk = [&](int k) { return (k % group) / pp; };
   // Bytes of the warm-up forwards: whole periods hold every chunk P times.
@@ -79,9 +88,9 @@ double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const 
   double peak = kept;
   const int steps = std::min(total - warmup, group);
   for (int k = 0; k < steps; ++k) {
-    kept += chunk_bytes[forward_chunk(warmup + k)];
-    peak = std::max(peak, kept);
-    kept -= chunk_bytes[vpp - 1 - forward_chunk(k)];
+    const double forward = chunk_bytes[forward_chunk(warmup + k)], backward = chunk_bytes[vpp - 1 - forward_chunk(k)];
+    peak = std::max(peak, kept + step_peak(forward, backward));
+    kept += forward - backward;
   }
   return peak;
 }

@@ -53,7 +53,12 @@ std::vector<PipelineTask> stage_order(int stage, int pp, int vpp, int microbatch
 double peak_in_flight_bytes(const StageOrder& order, const double* chunk_bytes);
 // Same for the schedule of `stage`, without the replay: after the warm-up, forward k + w and
 // backward k alternate, and which chunks they touch repeats every P * V passes, so the peak is
-// reached within the first P * V steady steps. O(P * V).
-double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes, bool merged = false);
+// reached within the first P * V steady steps. O(P * V). A merged schedule (the expert all-to-all
+// overlap) runs each steady forward and backward layer by layer together, the forward's layer i
+// beside the backward's layer L-1-i (Megatron-Core's combined 1F1B, model_chunk_schedule_plan.py),
+// so a step holds at most `merged_layer_bytes` (the largest layer's) beyond what its backward frees,
+// not a whole extra chunk.
+double peak_in_flight_bytes(int stage, int pp, int vpp, int microbatches, const double* chunk_bytes, bool merged = false,
+                            double merged_layer_bytes = 0);
 
 }  // namespace tedsim
