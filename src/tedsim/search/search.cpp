@@ -154,7 +154,16 @@ std::string explain_no_valid_configuration(const ModelSpec& m, const SearchSpace
           if (above == 0 || hi < above) above = hi;
           continue;
         }
-        count("another rule (chunks, recompute or ZeRO options)");
+        // The options every plan shares (dispatcher, CUDA graphs, fused MLP) break a rule of their
+        // own: name it, as a plain (P, t, e) plan at micro-batch 1 meets it.
+        ParallelConfig c;
+        c.gpus = G, c.pp = p, c.tp = t, c.ep = e, c.micro_batch = 1, c.global_batch = B, c.seq_len = space.seq_len;
+        c.recompute = Recompute::none, c.dtd = false, c.cac = false, c.expert_tp = !space.fused_grouped_mlp;
+        c.moe_dispatcher = space.moe_dispatcher, c.adam_moments = space.adam_moments;
+        c.cuda_graph_scopes = space.cuda_graph_scopes, c.fused_grouped_mlp = space.fused_grouped_mlp;
+        const std::string why = config_violation(c, m);
+        count(why.empty() || why.find("global batch") != std::string::npos ? "another rule (chunks, recompute or ZeRO options)"
+                                                                         : why);
       }
     }
   }
