@@ -42,11 +42,7 @@ const std::string kTables = R"(  attention:
     unfused_d128: [[1024, 40], [4096, 80]]
 )";
 
-const Op* find_op(const Block& b, const char* name) {
-  for (int i = 0; i < b.count; ++i)
-    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
-  return nullptr;
-}
+using test::find_op;
 
 TEST(AttentionCore, FlashTimesAreTheCausalHalfOfTheSquareAtTheTablesRate) {
   const AnalyticProfile p(topology_from_yaml_text(topology_text(kTables), "attn-test"));

@@ -20,11 +20,7 @@ ModelSpec llama_flash() {
   return m;
 }
 
-const Op* find_op(const Block& b, const char* name) {
-  for (int i = 0; i < b.count; ++i)
-    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
-  return nullptr;
-}
+using test::find_op;
 
 // Megatron's tp-cp-ep-dp-pp order: a context group is cp ranks at stride tp inside a stage, and
 // the data group (same tensor rank) holds the context ranks too.

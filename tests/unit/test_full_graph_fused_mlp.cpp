@@ -13,11 +13,7 @@
 namespace tedsim {
 namespace {
 
-const Op* find(const Block& b, const char* name) {
-  for (int i = 0; i < b.count; ++i)
-    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
-  return nullptr;
-}
+using test::find_op;
 
 // GPT-OSS-120B on 64 GB200s as Megatron-Bridge 26.06 runs it: EP64, micro-batch 4, HybridEP.
 ParallelConfig gpt_oss_config() {
@@ -41,8 +37,8 @@ TEST(FullIterationGraph, NoHostLaunchesAndNoSyncWait) {
   ASSERT_GT(eager.exposed[int(Phase::host_launch)], 0.0);  // Grace's eager launches and the sync cost time
   c.cuda_graph_scopes = kGraphFullIteration;
   const Workload w = bench.workload(c);
-  EXPECT_EQ(find(w.moe.forward, "host_launch_wait"), nullptr);
-  EXPECT_EQ(find(w.moe.backward, "host_launch_wait"), nullptr);
+  EXPECT_EQ(find_op(w.moe.forward, "host_launch_wait"), nullptr);
+  EXPECT_EQ(find_op(w.moe.backward, "host_launch_wait"), nullptr);
   const SimResult graphed = simulate_iteration(bench.m, c, w);
   EXPECT_EQ(graphed.exposed[int(Phase::host_launch)], 0.0);
   // Nothing else moves: the device's own work is the same.
@@ -87,31 +83,31 @@ TEST(FusedGroupedMlp, TheActivationAndTheSecondQuantizationLeaveTheWorkload) {
   c.fused_grouped_mlp = true;
   const Workload fused = bench.workload(c);
   // Unfused: the activation kernel, Megatron-Core's per-expert fc2 bias loop, fc2's input quantized.
-  ASSERT_NE(find(plain.moe.forward, "expert_activation"), nullptr);
-  ASSERT_NE(find(plain.moe.forward, "expert_fc2_bias"), nullptr);
-  EXPECT_GT(find(plain.moe.forward, "expert_fc2")->quantize_bytes, 0.0);
+  ASSERT_NE(find_op(plain.moe.forward, "expert_activation"), nullptr);
+  ASSERT_NE(find_op(plain.moe.forward, "expert_fc2_bias"), nullptr);
+  EXPECT_GT(find_op(plain.moe.forward, "expert_fc2")->quantize_bytes, 0.0);
   // Fused: the GLU (and its gradient) and the biases are in the grouped GEMMs' epilogues.
-  EXPECT_EQ(find(fused.moe.forward, "expert_activation"), nullptr);
-  EXPECT_EQ(find(fused.moe.backward, "expert_activation"), nullptr);
-  EXPECT_EQ(find(fused.moe.forward, "expert_fc2_bias"), nullptr);
-  const Op* fc1 = find(fused.moe.forward, "expert_fc1");
-  const Op* fc2 = find(fused.moe.forward, "expert_fc2");
+  EXPECT_EQ(find_op(fused.moe.forward, "expert_activation"), nullptr);
+  EXPECT_EQ(find_op(fused.moe.backward, "expert_activation"), nullptr);
+  EXPECT_EQ(find_op(fused.moe.forward, "expert_fc2_bias"), nullptr);
+  const Op* fc1 = find_op(fused.moe.forward, "expert_fc1");
+  const Op* fc2 = find_op(fused.moe.forward, "expert_fc2");
   ASSERT_NE(fc1, nullptr);
   ASSERT_NE(fc2, nullptr);
   EXPECT_GT(fc1->quantize_bytes, 0.0);  // the permuted tokens are still quantized before fc1
   EXPECT_EQ(fc2->quantize_bytes, 0.0);  // fc1's epilogue quantized fc2's input
-  EXPECT_LT(fc2->seconds, find(plain.moe.forward, "expert_fc2")->seconds);
-  EXPECT_NEAR(fc1->seconds, find(plain.moe.forward, "expert_fc1")->seconds, 1e-12);
+  EXPECT_LT(fc2->seconds, find_op(plain.moe.forward, "expert_fc2")->seconds);
+  EXPECT_NEAR(fc1->seconds, find_op(plain.moe.forward, "expert_fc1")->seconds, 1e-12);
   // Backward: the first data-gradient GEMM of each pair is the dgrad (workload.cpp's mirror).
   // fc2's incoming gradient is quantized before its dgrad as before; fc1's came quantized from
   // fc2's dgrad epilogue with the GLU's gradient, so fc1's dgrad is the bare GEMM.
-  const Op* fc2_dgrad = find(fused.moe.backward, "expert_fc2");
-  const Op* fc1_dgrad = find(fused.moe.backward, "expert_fc1");
+  const Op* fc2_dgrad = find_op(fused.moe.backward, "expert_fc2");
+  const Op* fc1_dgrad = find_op(fused.moe.backward, "expert_fc1");
   ASSERT_NE(fc2_dgrad, nullptr);
   ASSERT_NE(fc1_dgrad, nullptr);
   EXPECT_GT(fc2_dgrad->quantize_bytes, 0.0);
   EXPECT_EQ(fc1_dgrad->quantize_bytes, 0.0);
-  EXPECT_GT(find(plain.moe.backward, "expert_fc1")->quantize_bytes, 0.0);
+  EXPECT_GT(find_op(plain.moe.backward, "expert_fc1")->quantize_bytes, 0.0);
   EXPECT_NEAR(fc1_dgrad->seconds, bench.profile.gemm_seconds(fc1_dgrad->gemm), 1e-12);
   EXPECT_LT(fused.moe.forward.seconds, plain.moe.forward.seconds);
   EXPECT_LT(fused.moe.backward.seconds, plain.moe.backward.seconds);

@@ -32,6 +32,13 @@ inline double op_seconds(const Block& b, const char* name) {
   return s;
 }
 
+// The first op of `b` named `name`, or nullptr.
+inline const Op* find_op(const Block& b, const char* name) {
+  for (int i = 0; i < b.count; ++i)
+    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
+  return nullptr;
+}
+
 // Everything a prediction needs, kept alive together.
 struct Bench {
   ModelSpec m;

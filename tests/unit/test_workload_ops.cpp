@@ -15,11 +15,7 @@
 namespace tedsim {
 namespace {
 
-const Op* find_op(const Block& b, const char* name) {
-  for (int i = 0; i < b.count; ++i)
-    if (std::strcmp(b.ops[i].name, name) == 0) return &b.ops[i];
-  return nullptr;
-}
+using test::find_op;
 
 TEST(Dropout, AttentionDropoutIsAKernelOnTheProbabilitiesAndHiddenDropoutAMaskByte) {
   ModelSpec m = test::model("published/megatron-gpt-1.7b");
