@@ -125,6 +125,28 @@ TEST(LaunchExport, MtpAndCudaGraphScopesBecomeMegatronFlags) {
   EXPECT_NE(mlm.find("--cuda-graph-scope attn moe_router moe_preprocess"), std::string::npos) << mlm;
 }
 
+// Megatron-Bridge 26.06's Blackwell MoE recipe: a full-iteration graph over dropless MoE with
+// HybridEP's capacity budget, and the fused grouped MLP. Every flag exists upstream.
+TEST(LaunchExport, FullIterationGraphsAndTheFusedMlpBecomeMegatronFlags) {
+  const std::set<std::string> megatron = names("megatron-lm-flags.txt");
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  m.dtype = Dtype::fp8;
+  test::Bench bench(m, "gb200-nvl72");
+  ParallelConfig c = test::config(8, 1, 8, 4, 512);
+  c.recompute = Recompute::none;
+  c.cac = false;
+  c.moe_dispatcher = MoeDispatcher::flex;
+  c.cuda_graph_scopes = kGraphFullIteration;
+  c.fused_grouped_mlp = true;
+  validate_config(c, bench.m);
+  const std::string mlm = megatron_launch(bench.m, bench.topo, bench.evaluator.evaluate(c));
+  for (const std::string& f : flags_of(mlm)) EXPECT_EQ(megatron.count(f), 1u) << f << " in\n" << mlm;
+  EXPECT_NE(mlm.find("--cuda-graph-impl full_iteration"), std::string::npos) << mlm;
+  EXPECT_EQ(mlm.find("--cuda-graph-scope"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--moe-expert-rank-capacity-factor 1.5"), std::string::npos) << mlm;
+  EXPECT_NE(mlm.find("--use-transformer-engine-op-fuser"), std::string::npos) << mlm;
+}
+
 // The expert all-to-all overlap and the SMs tedsim priced for its kernels become Megatron-Core's flags.
 TEST(LaunchExport, TheAllToAllOverlapBecomesMegatronFlags) {
   const std::set<std::string> megatron = names("megatron-lm-flags.txt");
