@@ -63,6 +63,7 @@ for i, r in enumerate(spec["rows"]):
     if "mtp_layers" in r: cmd += ["--mtp-layers", str(r["mtp_layers"])]
     if r.get("moe_a2a_overlap"): cmd += ["--moe-a2a-overlap"]
     if r.get("fused_grouped_mlp"): cmd += ["--fused-grouped-mlp"]
+    if r.get("fp8_attention"): cmd += ["--fp8-attention"]
     if "moe_a2a_overlap_sms" in r: cmd += ["--moe-a2a-overlap-sms", str(r["moe_a2a_overlap_sms"])]
     # The attention core the source's software ran: Megatron-LM's unfused CoreAttention before
     # FlashAttention (2022), Transformer Engine's fused attention after.

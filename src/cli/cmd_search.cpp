@@ -28,6 +28,7 @@ struct SearchOptions {
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";
   bool fused_grouped_mlp = false;
+  bool fp8_attention = false;
   std::string moe_a2a_overlap = "off";
   int moe_a2a_overlap_sms = 20;
   int emit_rank = 1;
@@ -119,6 +120,8 @@ int run_search_command(const SearchOptions& o) {
   space.cuda_graph_scopes = parse_cuda_graph_scopes(o.cuda_graph_scope);
   space.fused_grouped_mlp = o.fused_grouped_mlp;
   check_fused_grouped_mlp(o.fused_grouped_mlp, in.topology);
+  space.fp8_attention = o.fp8_attention;
+  check_fp8_attention(o.fp8_attention, in.topology);
   if (o.moe_a2a_overlap == "off")
     space.a2a_overlap = {false};
   else if (o.moe_a2a_overlap == "on")
@@ -206,6 +209,9 @@ void register_search(CLI::App& app, Action& action) {
   cmd->add_flag("--fused-grouped-mlp", o->fused_grouped_mlp,
                 "every plan's experts as Transformer Engine's fused grouped MLP (MXFP8 on Blackwell; plans with expert "
                 "TP are left out)");
+  cmd->add_flag("--fp8-attention", o->fp8_attention,
+                "every plan's fused attention core in FP8 (Megatron-Core's --fp8-dot-product-attention), from the "
+                "topology's measured flash_fp8_* tables");
   cmd->add_option("--moe-a2a-overlap", o->moe_a2a_overlap,
                   "expert all-to-all overlap (Megatron-Core's --overlap-moe-expert-parallel-comm): off, on (every plan "
                   "Megatron-Core allows it in: ep > 1, vpp > 1 with pipelines, no full recompute) or both")

@@ -43,6 +43,7 @@ int run_simulate(const SimulateOptions& o) {
   print_startup_table(out, in, o.in);
   const ParallelConfig c = resolve_config(o.knobs, o.in, in.model);
   check_fused_grouped_mlp(c.fused_grouped_mlp, in.topology);
+  check_fp8_attention(c.fp8_attention, in.topology);
   const Evaluator evaluator(in.model, in.topology, *in.profile);
   TraceRecorder trace;
   const bool record = !o.trace.empty() || !o.in.html.empty();

@@ -121,6 +121,9 @@ void add_config_options(CLI::App& app, ConfigOptions& o) {
   add_switch(app, "fused-grouped-mlp", o.fused_grouped_mlp,
              "the experts' MLP as Transformer Engine's fused grouped ops (Megatron-Bridge's cutedsl_fused_grouped_mlp: "
              "GLU, probabilities and quantization in the grouped GEMMs' epilogues; MXFP8 on Blackwell only)");
+  add_switch(app, "fp8-attention", o.fp8_attention,
+             "the fused attention core in FP8 (Megatron-Core's --fp8-dot-product-attention), priced from the "
+             "topology's measured flash_fp8_* tables");
   app.add_option("--layout", o.layout,
                  "rank layout: ted (tensor, expert, data), data_before_expert, or folded (Megatron-Core's MoE parallel "
                  "folding: whole experts on their own grid over the stage, expert groups across tensor ranks; needs "
@@ -207,6 +210,7 @@ ParallelConfig resolve_config(const ConfigOptions& k, const InputOptions& in, co
   c.adam_moments = parse_adam_moments(k.adam_moments);
   c.cuda_graph_scopes = parse_cuda_graph_scopes(k.cuda_graph_scope);
   c.fused_grouped_mlp = k.fused_grouped_mlp;
+  c.fp8_attention = k.fp8_attention;
   c.layout = parse_layout(k.layout);
   const std::string why = config_violation(c, model);
   if (!why.empty()) {
@@ -226,6 +230,13 @@ void check_fused_grouped_mlp(bool fused, const TopologySpec& topology) {
     throw InputError("--fused-grouped-mlp: topology '" + topology.name +
                      "' trains FP8 with per-tensor scaling; Transformer Engine fuses the grouped MLP for the MXFP8 "
                      "recipe only (Blackwell: device.fp8_recipe mxfp8)");
+}
+
+void check_fp8_attention(bool fp8, const TopologySpec& topology) {
+  if (fp8 && !topology.attention.has_fp8())
+    throw InputError("--fp8-attention: topology '" + topology.name +
+                     "' has no measured FP8 attention rates (efficiency.attention.flash_fp8_forward_d64/_d128 and "
+                     "flash_fp8_backward_*)");
 }
 
 void add_emit_option(CLI::App& app, std::vector<std::string>& emit) {

@@ -53,6 +53,7 @@ struct ConfigOptions {
   std::string adam_moments = "fp32";
   std::string cuda_graph_scope = "none";
   bool fused_grouped_mlp = false;
+  bool fp8_attention = false;
   std::string recompute;  // none|selective|full; empty: --checkpoint/--no-checkpoint decide (full/none)
   std::string recompute_modules = "core_attn";
   std::string pipeline_layout;
@@ -80,6 +81,8 @@ ParallelConfig resolve_config(const ConfigOptions& knobs, const InputOptions& in
 // Transformer Engine fuses the grouped MLP for the MXFP8 recipe only (Blackwell): InputError on a
 // topology whose FP8 recipe is another.
 void check_fused_grouped_mlp(bool fused, const TopologySpec& topology);
+// InputError on a topology without measured FP8 attention tables.
+void check_fp8_attention(bool fp8, const TopologySpec& topology);
 Inputs load_inputs(const InputOptions& options);
 // --capacity-factor and --imbalance onto the model, checked.
 void apply_routing_overrides(const InputOptions& options, ModelSpec& model);

@@ -233,5 +233,66 @@ TEST(AttentionCore, FlashDropsTheSquareFromTheActivations) {
   EXPECT_NEAR(unfused.dense_full - flash.dense_full, square - lse, 1e-6 * square);
 }
 
+
+// FP8 attention (--fp8-attention): cuDNN's FP8 kernel from the topology's flash_fp8_* tables; its
+// backward prices a windowed layer as the whole causal core (cuDNN's FP8 backward does not skip the
+// tiles outside the window). Without the tables the profile cannot price it.
+TEST(AttentionCore, Fp8AttentionTakesItsOwnTablesAndItsBackwardIgnoresTheWindow) {
+  const std::string fp8_tables = kTables + R"(    flash_fp8_forward_d128: [[1024, 300], [4096, 600]]
+    flash_fp8_backward_d128: [[1024, 60], [4096, 120]]
+)";
+  const AnalyticProfile p(topology_from_yaml_text(topology_text(fp8_tables), "attn-test"));
+  AttentionShape s{8, 4096, 128, 128};
+  const double bf16_forward = p.attention_seconds(AttentionKernel::flash, false, s);
+  s.fp8 = true;
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, false, s), 0.5 * s.forward_flops() / 600e12, 1e-12);
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, false, s), 0.5 * bf16_forward, 1e-12);  // 600 against 300
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, true, s), 2.5 * 0.5 * s.forward_flops() / 120e12, 1e-12);
+  // A 1024-token window: forward over the band at the window's rate, backward over the whole core.
+  AttentionShape w = s;
+  w.window = 1024;
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, false, w), 0.5 * w.forward_flops() / 300e12, 1e-12);
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, true, w), p.attention_seconds(AttentionKernel::flash, true, s),
+              1e-12);
+  // bf16 skips the tiles outside the band: its backward there is the band's pairs (3.67M of the
+  // causal half's 8.39M) at the window's rate (75 TFLOP/s), cheaper than FP8's whole core at 120.
+  const double fp8_windowed = p.attention_seconds(AttentionKernel::flash, true, w);
+  w.fp8 = false;
+  EXPECT_NEAR(p.attention_seconds(AttentionKernel::flash, true, w), 2.5 * 0.5 * w.forward_flops() / 75e12, 1e-12);
+  EXPECT_LT(p.attention_seconds(AttentionKernel::flash, true, w), fp8_windowed);
+  // No FP8 tables: no FP8 price.
+  const AnalyticProfile bf16_only(topology_from_yaml_text(topology_text(kTables), "attn-test"));
+  EXPECT_LT(bf16_only.attention_seconds(AttentionKernel::flash, false, s), 0);
+  // The tables come in pairs, beside bf16 ones.
+  EXPECT_THROW(topology_from_yaml_text(topology_text(kTables + "    flash_fp8_forward_d128: [[1024, 300]]\n"), "x"),
+               InputError);
+}
+
+// The workload prices the core in FP8 where the plan asks, forward and backward (the mirror keeps
+// the flag); GB200's shipped tables make MXFP8 attention faster forward at head dim 128.
+TEST(AttentionCore, TheWorkloadCarriesFp8AttentionIntoBackward) {
+  ModelSpec m = test::model("qwen3-30b-a3b");
+  m.dtype = Dtype::fp8;
+  m.core_attention = AttentionKernel::flash;
+  const test::Bench bench(m, "gb200-nvl72");
+  ParallelConfig c = test::config(8, 1, 8, 1, 64);
+  c.recompute = Recompute::none;
+  c.cac = false;
+  const Workload bf16 = bench.workload(c);
+  c.fp8_attention = true;
+  EXPECT_EQ(config_violation(c, bench.m), "");
+  const Workload fp8 = bench.workload(c);
+  const Op* f = find_op(fp8.moe.forward, "attn_core");
+  const Op* b = find_op(fp8.moe.backward, "attn_core");
+  ASSERT_NE(f, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(f->attention_fp8);
+  EXPECT_TRUE(b->attention_fp8);
+  EXPECT_LT(f->seconds, find_op(bf16.moe.forward, "attn_core")->seconds);
+  EXPECT_NEAR(b->seconds, bench.profile.attention_seconds(AttentionKernel::flash, true, f->attention_shape()), 1e-15);
+  ModelSpec bf16_model = test::model("qwen3-30b-a3b");
+  EXPECT_NE(config_violation(c, bf16_model).find("--dtype fp8"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tedsim

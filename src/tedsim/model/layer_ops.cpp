@@ -109,12 +109,14 @@ bool BlockBuilder::attention_core(const char* name, AttentionKernel kernel, cons
   Op op;
   op.name = name;
   op.flops = shape.forward_flops();
-  // The fused core runs in bf16 under FP8 training too, as its measured rates are: Megatron-Core's
-  // --fp8-dot-product-attention is off by default and no Megatron-Bridge v0.4.2 perf config sets it.
+  // The fused core runs in bf16 under FP8 training too unless --fp8-attention asks for cuDNN's FP8
+  // kernel (Megatron-Core's --fp8-dot-product-attention, off by default; Megatron-Bridge 26.06 sets
+  // it for some Blackwell MoE recipes).
   op.gemm = GemmShape{shape.seq, shape.v_head_dim, shape.head_dim, shape.batch_heads, storage_dtype(dtype_)};
   op.is_attention = true;
   op.attention_kernel = kernel;
   op.attention_window = shape.window;
+  op.attention_fp8 = shape.fp8;
   op.module = module_;
   op.graph_scope = graph_scope_;
   op.seconds = seconds;
@@ -283,7 +285,7 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   if (d.rotary_elems_per_token > 0)
     x.kernel("rotary", KernelKind::elementwise, 2.0 * double(d.T) * double(d.rotary_elems_per_token) * d.B);
   x.set_module(kRecomputeCoreAttn);
-  const AttentionShape core{d.attn_batch, d.s, d.qk_head_dim, d.v_head_dim, d.window};
+  const AttentionShape core{d.attn_batch, d.s, d.qk_head_dim, d.v_head_dim, d.window, d.fp8_attention};
   // Context parallelism: the ring passes every rank's keys and values once around the cp ranks
   // (Transformer Engine's p2p ring, Megatron-Core's default cp_comm_type): cp - 1 chunks in and
   // out, the traffic of an all-gather of them. Each step's transfer runs under the core's step

@@ -156,6 +156,7 @@ struct LayerDims {
   std::int64_t qk_norm_elems_per_token = 0;  // the query and key elements a q/k norm reads (0: none)
   AttentionKernel core_attention;
   std::int64_t window = 0;  // this layer kind's sliding window (0: full causal)
+  bool fp8_attention = false;  // the fused core in FP8 (ParallelConfig::fp8_attention)
 };
 
 LayerDims layer_dims(const ModelSpec& model, const StepShape& shape);

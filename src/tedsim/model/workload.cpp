@@ -351,7 +351,8 @@ void build_workload_into(Workload& w, const ModelSpec& m, const ParallelConfig& 
   w.grad_bytes = bytes_of(storage_dtype(m.dtype));
   w.param_bytes = bytes_of(storage_dtype(m.dtype));
   const StepShape& s = w.shape;
-  const LayerDims d = layer_dims(m, s);
+  LayerDims d = layer_dims(m, s);
+  d.fp8_attention = c.fp8_attention;
 
   // Parameters per rank. Non-expert parameters are split over the tensor group (vocabulary-parallel
   // embedding, Megatron attention and MLP); experts over tensor (when expert TP) and expert groups.

@@ -40,6 +40,7 @@ struct Op {
   bool is_attention = false;
   AttentionKernel attention_kernel = AttentionKernel::unfused;
   std::int64_t attention_window = 0;  // sliding-window attention's window (0: full causal)
+  bool attention_fp8 = false;         // the core in FP8 (--fp8-attention)
   // The host's side (model/host_launch.hpp): framework calls that launch this op's kernels, eager
   // (one per kernel: a quantized GEMM's quantization kernels and a grouped GEMM's experts count
   // apiece); the CUDA-graph scope that captures it (CudaGraphScope bit, 0: none); whether the host
@@ -57,7 +58,9 @@ struct Op {
   // FP8 linears: the data-gradient GEMM's incoming gradient is quantized just before it (false
   // where another kernel's epilogue already quantized it: the fused grouped MLP's first GEMM).
   bool dgrad_quantize = false;
-  AttentionShape attention_shape() const { return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n, attention_window}; }
+  AttentionShape attention_shape() const {
+    return AttentionShape{gemm.batch, gemm.m, gemm.k, gemm.n, attention_window, attention_fp8};
+  }
 };
 
 // Ops that run back to back on the compute stream. Collectives inside a layer block the stream:

@@ -18,6 +18,8 @@ AnalyticProfile::AnalyticProfile(const TopologySpec& topology)
   for (int i = 0; i < 2; ++i) {
     flash_forward_[i] = LogCurve(topology.attention.flash_forward[i]);
     flash_backward_[i] = LogCurve(topology.attention.flash_backward[i]);
+    fp8_forward_[i] = LogCurve(topology.attention.fp8_forward[i]);
+    fp8_backward_[i] = LogCurve(topology.attention.fp8_backward[i]);
     unfused_[i] = LogCurve(topology.attention.unfused[i]);
   }
 }
@@ -67,6 +69,19 @@ double AnalyticProfile::attention_seconds(AttentionKernel kernel, bool backward,
     // at the rate of a causal core as long as the window (each query tile meets as few key tiles
     // as there); below the tables' shortest sequence, that point's rate (optimistic there).
     const bool windowed = s.window > 0 && s.window < s.seq;
+    if (s.fp8) {
+      if (!topo_.attention.has_fp8()) return -1;
+      // cuDNN's FP8 backward does not skip the tiles outside a window: in its own GB200 benchmark
+      // (gpt_oss_20260615_141706.csv) its time grows with s^2 (0.64, 2.06, 7.33, 27.5 ms from 2k to
+      // 16k tokens), so a windowed layer's FP8 backward is the whole causal core's.
+      if (backward && windowed) {
+        AttentionShape whole = s;
+        whole.window = 0;
+        return pass * 0.5 * whole.forward_flops() / (rate_at(fp8_backward_, head_dim, seq) * kTera) + launch_s_;
+      }
+      const double rate = rate_at(backward ? fp8_backward_ : fp8_forward_, head_dim, windowed ? double(s.window) : seq) * kTera;
+      return pass * 0.5 * s.forward_flops() / rate + launch_s_;
+    }
     const double rate = rate_at(backward ? flash_backward_ : flash_forward_, head_dim, windowed ? double(s.window) : seq) * kTera;
     return pass * 0.5 * s.forward_flops() / rate + launch_s_;
   }

@@ -28,7 +28,7 @@ class AnalyticProfile final : public Profile {
 
   TopologySpec topo_;
   LogCurve gemm_by_flops_, gemm_by_min_dim_, memory_by_bytes_, fp8_scale_by_flops_;
-  LogCurve flash_forward_[2], flash_backward_[2], unfused_[2];
+  LogCurve flash_forward_[2], flash_backward_[2], unfused_[2], fp8_forward_[2], fp8_backward_[2];
   double launch_s_;
 };
 

@@ -25,6 +25,7 @@ struct GemmShape {
 struct AttentionShape {
   std::int64_t batch_heads = 0, seq = 0, head_dim = 0, v_head_dim = 0;
   std::int64_t window = 0;  // sliding-window attention: each query sees its last `window` keys (0: all)
+  bool fp8 = false;         // FP8 attention (cuDNN's, Megatron-Core's --fp8-dot-product-attention)
   // The query-key pairs a causal core computes, doubled: s^2 for full causal attention (the whole
   // square, as a GEMM count gives it; a fused causal kernel does half), twice the band's pairs
   // (each query's min(i + 1, w) keys) under a window shorter than the sequence.

@@ -62,6 +62,7 @@ std::string plan_name(const json& c) {
   if (c.value("adam_moments", std::string("fp32")) == "bf16") s += " m16";
   if (const std::string cg = c.value("cuda_graph_scope", std::string("none")); cg != "none") s += " cg(" + cg + ")";
   if (c.value("fused_grouped_mlp", false)) s += " fmlp";
+  if (c.value("fp8_attention", false)) s += " fp8a";
   if (c.value("moe_a2a_overlap", false)) s += " a2ao";
   s += " " + text(c, "layout");
   return s;

@@ -156,6 +156,9 @@ std::string megatron_launch(const ModelSpec& m, const TopologySpec& topo, const 
     a.flag("--cuda-graph-impl", "transformer_engine", "per-layer graphs, as tedsim priced them on the host");
     a.flag("--cuda-graph-scope", scopes);
   }
+  if (c.fp8_attention)
+    a.comment("FP8 attention: Megatron-LM's parser has no flag for it (TransformerConfig.fp8_dot_product_attention, "
+              "which Megatron-Bridge sets); tedsim priced the fused core in FP8");
   if (c.fused_grouped_mlp) {
     a.flag("--use-transformer-engine-op-fuser", "",
            "the experts as Transformer Engine's fused grouped MLP; export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1");

@@ -34,6 +34,7 @@ nlohmann::json config_json(const ParallelConfig& c, const ModelSpec& m) {
           {"adam_moments", to_string(c.adam_moments)},
           {"cuda_graph_scope", cuda_graph_scopes_text(c.cuda_graph_scopes)},
           {"fused_grouped_mlp", c.fused_grouped_mlp},
+          {"fp8_attention", c.fp8_attention},
           {"moe_a2a_overlap", c.moe_a2a_overlap},
           {"moe_a2a_overlap_sms", c.moe_a2a_overlap ? nlohmann::json(c.moe_a2a_overlap_sms) : nlohmann::json(nullptr)},
           {"layout", to_string(c.layout)}};

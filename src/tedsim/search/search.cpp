@@ -100,6 +100,7 @@ std::vector<ParallelConfig> enumerate_configs(const ModelSpec& m, const SearchSp
                             c.adam_moments = space.adam_moments;
                             c.cuda_graph_scopes = space.cuda_graph_scopes;
                             c.fused_grouped_mlp = space.fused_grouped_mlp;
+                            c.fp8_attention = space.fp8_attention;
                             c.layout = layout;
                             if (config_is_valid(c, m)) configs.push_back(c);
                           }
@@ -161,6 +162,7 @@ std::string explain_no_valid_configuration(const ModelSpec& m, const SearchSpace
         c.recompute = Recompute::none, c.dtd = false, c.cac = false, c.expert_tp = !space.fused_grouped_mlp;
         c.moe_dispatcher = space.moe_dispatcher, c.adam_moments = space.adam_moments;
         c.cuda_graph_scopes = space.cuda_graph_scopes, c.fused_grouped_mlp = space.fused_grouped_mlp;
+        c.fp8_attention = space.fp8_attention;
         const std::string why = config_violation(c, m);
         count(why.empty() || why.find("global batch") != std::string::npos ? "another rule (chunks, recompute or ZeRO options)"
                                                                          : why);

@@ -28,6 +28,7 @@ struct SearchSpace {
   Dtype adam_moments = Dtype::fp32;                        // every plan's (--adam-moments)
   std::uint8_t cuda_graph_scopes = 0;                      // every plan's (--cuda-graph-scope)
   bool fused_grouped_mlp = false;                          // every plan's (--fused-grouped-mlp)
+  bool fp8_attention = false;                              // every plan's (--fp8-attention)
   // Expert all-to-all overlap: each plan without it, with it where Megatron-Core allows it, or
   // both (--moe-a2a-overlap off|on|both); its SMs (--moe-a2a-overlap-sms).
   std::vector<bool> a2a_overlap = {false};

@@ -97,6 +97,11 @@ std::string first_violation(const ParallelConfig& c, const ModelSpec& m) {
     if (c.recomputes(kRecomputeMoeAct))
       return what + " leaves no activation of its own to recompute (moe_act): drop it from --recompute-modules";
   }
+  if (c.fp8_attention) {
+    if (m.dtype != Dtype::fp8) return "FP8 attention (--fp8-attention) needs FP8 training: add --dtype fp8";
+    if (m.core_attention != AttentionKernel::flash)
+      return "FP8 attention (--fp8-attention) runs in cuDNN's fused kernel: it needs --attention-kernel flash";
+  }
   if ((c.cuda_graph_scopes & kGraphFullIteration) && m.is_moe() && m.moe.dropless()) {
     // Megatron-Core captures dropless MoE without the token-count sync only with HybridEP's per-rank
     // capacity budget (moe_expert_rank_capacity_factor), which needs the op fuser and hybridep.
@@ -142,6 +147,7 @@ std::string ParallelConfig::describe() const {
   if (adam_moments != Dtype::fp32) text += " m16";
   if (cuda_graph_scopes != 0) text += " cg(" + cuda_graph_scopes_text(cuda_graph_scopes) + ")";
   if (fused_grouped_mlp) text += " fmlp";
+  if (fp8_attention) text += " fp8a";
   if (moe_a2a_overlap) text += " a2ao";
   text += layout == RankLayout::ted ? " ted" : layout == RankLayout::data_before_expert ? " dbe" : " fold";
   return text;

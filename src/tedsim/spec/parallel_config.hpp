@@ -63,6 +63,9 @@ struct ParallelConfig {
   // and quantizes it for the first (TE 2.16, ops/fused/{forward,backward}_grouped_mlp.py).
   // Transformer Engine runs them for the MXFP8 recipe on Blackwell only.
   bool fused_grouped_mlp = false;
+  // The fused attention core in FP8 (Megatron-Core's --fp8-dot-product-attention: cuDNN's FP8
+  // kernel, priced from the topology's flash_fp8_* tables).
+  bool fp8_attention = false;
   // Where the router's weights meet the expert outputs. Megatron-Core (the 2edffadb pin) multiplies
   // each token's probability into its expert's activation (weighted SwiGLU), so its combine keeps
   // nothing for backward; TED's step (validate's runtime, DeepSpeed) weights the outputs at the

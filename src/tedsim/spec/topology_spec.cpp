@@ -39,10 +39,18 @@ AttentionRates read_attention(const YamlMap& map) {
   read("flash_forward", r.flash_forward);
   read("flash_backward", r.flash_backward);
   read("unfused", r.unfused);
-  for (int i = 0; i < 2; ++i)
+  read("flash_fp8_forward", r.fp8_forward);
+  read("flash_fp8_backward", r.fp8_backward);
+  for (int i = 0; i < 2; ++i) {
     if (r.flash_forward[i].empty() != r.flash_backward[i].empty())
       map.fail("flash_backward_d" + std::to_string(AttentionRates::kHeadDims[i]),
                "flash_forward and flash_backward are given together, for the same head dimensions");
+    if (r.fp8_forward[i].empty() != r.fp8_backward[i].empty())
+      map.fail("flash_fp8_backward_d" + std::to_string(AttentionRates::kHeadDims[i]),
+               "flash_fp8_forward and flash_fp8_backward are given together, for the same head dimensions");
+  }
+  if (r.has_fp8() && !r.has_flash())
+    map.fail("flash_fp8_forward_d128", "FP8 attention tables need the bf16 ones (flash_forward_*) beside them");
   map.reject_unknown_keys();
   if (!r.has_flash() && !r.has_unfused())
     map.fail("flash_forward_d128", "expected at least one table (flash_forward_d64/_d128 with flash_backward_*, "

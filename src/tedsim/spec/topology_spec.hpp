@@ -52,7 +52,9 @@ struct AttentionRates {
   static constexpr int kHeadDims[2] = {64, 128};
   Curve flash_forward[2], flash_backward[2];  // fused (FlashAttention / cuDNN)
   Curve unfused[2];                           // unfused (batched GEMM, softmax, batched GEMM), forward + backward
+  Curve fp8_forward[2], fp8_backward[2];      // the fused kernel in FP8 (optional)
   bool has_flash() const { return !flash_forward[0].empty() || !flash_forward[1].empty(); }
+  bool has_fp8() const { return !fp8_forward[0].empty() || !fp8_forward[1].empty(); }
   bool has_unfused() const { return !unfused[0].empty() || !unfused[1].empty(); }
 };
 
