@@ -51,6 +51,22 @@ TEST(Fp8Gemm, TheScaleCurveMultipliesTheBf16EfficiencyAtTheFp8Peak) {
   EXPECT_NEAR(plain.gemm_seconds(big), big.flops() / (2000e12 * 0.5), 1e-12);
 }
 
+// A grouped FP8 GEMM (batch = local experts) runs at fp8_grouped_gemm_scale of one GEMM of a
+// group's shape; single FP8 GEMMs and batched bf16 ones are untouched.
+TEST(Fp8Gemm, GroupedFp8GemmsTakeTheirOwnFraction) {
+  const AnalyticProfile p(topology_from_yaml_text(
+      topology_text("  fp8_gemm_scale_by_flops: [[1.0e9, 0.5], [1.0e11, 0.9]]\n  fp8_grouped_gemm_scale: 0.6\n"),
+      "fp8-test"));
+  const GemmShape one{4096, 4096, 4096, 1, Dtype::fp8};
+  GemmShape grouped = one;
+  grouped.batch = 8;
+  EXPECT_NEAR(p.gemm_seconds(one), one.flops() / (2000e12 * 0.5 * 0.9), 1e-12);
+  EXPECT_NEAR(p.gemm_seconds(grouped), 8.0 * one.flops() / (2000e12 * 0.5 * 0.9 * 0.6), 1e-12);
+  GemmShape bf16 = grouped;
+  bf16.dtype = Dtype::bf16;
+  EXPECT_NEAR(p.gemm_seconds(bf16), bf16.flops() / (1000e12 * 0.5), 1e-12);
+}
+
 TEST(Fp8Gemm, BadScalesNameTheKey) {
   const auto error_of = [](const std::string& text) {
     try {
@@ -64,6 +80,11 @@ TEST(Fp8Gemm, BadScalesNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of(topology_text("  fp8_gemm_scale_by_flops: [[1.0e9, 0.8]]\n", "{fp32: 67, bf16: 1000}"))
                 .find("has no fp8 peak"),
+            std::string::npos);
+  const std::string curve = "  fp8_gemm_scale_by_flops: [[1.0e9, 0.8]]\n";
+  EXPECT_NE(error_of(topology_text(curve + "  fp8_grouped_gemm_scale: 1.2\n")).find("efficiency.fp8_grouped_gemm_scale"),
+            std::string::npos);
+  EXPECT_NE(error_of(topology_text("  fp8_grouped_gemm_scale: 0.5\n")).find("give fp8_gemm_scale_by_flops too"),
             std::string::npos);
 }
 

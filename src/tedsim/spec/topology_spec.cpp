@@ -125,6 +125,13 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
     if (t.device.peak_tflops_of(Dtype::fp8) <= 0)
       eff.fail("fp8_gemm_scale_by_flops", "the device has no fp8 peak (device.peak_tflops.fp8)");
   }
+  if (eff.has("fp8_grouped_gemm_scale")) {
+    t.fp8_grouped_gemm_scale = eff.number("fp8_grouped_gemm_scale");
+    if (t.fp8_grouped_gemm_scale <= 0 || t.fp8_grouped_gemm_scale > 1.0)
+      eff.fail("fp8_grouped_gemm_scale", "expected a fraction in (0, 1]");
+    if (t.fp8_gemm_scale_by_flops.empty())
+      eff.fail("fp8_grouped_gemm_scale", "it scales the FP8 curve: give fp8_gemm_scale_by_flops too");
+  }
   if (eff.has("attention")) t.attention = read_attention(eff.child("attention"));
   eff.reject_unknown_keys();
   if (root.has("host")) {

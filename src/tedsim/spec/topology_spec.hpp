@@ -81,6 +81,9 @@ struct TopologySpec {
   // Optional: FP8 GEMMs' efficiency (of the FP8 peak) over the bf16 curve's (of the bf16 peak), vs
   // FLOPs of one GEMM; empty: FP8 at the bf16 curve.
   Curve fp8_gemm_scale_by_flops;
+  // Optional: a grouped FP8 GEMM (a MoE layer's local experts in one block-scaled grouped kernel)
+  // reaches this fraction of what one GEMM of a group's shape does; 1: the same.
+  double fp8_grouped_gemm_scale = 1.0;
   AttentionRates attention;           // optional `efficiency.attention` block
   PublishedError published;           // optional `published_error` block
   HostSpec host;                      // optional `host` block (GPU topologies)
