@@ -58,7 +58,7 @@ TextTable ranking_table(const SearchResult& r, bool fold, std::vector<std::strin
     table.add_row({std::to_string(i + 1), std::to_string(c.pp), std::to_string(c.vpp), std::to_string(c.tp),
                    std::to_string(c.cp), std::to_string(c.ep), std::to_string(c.dp()), std::to_string(c.dp_expert()),
                    std::to_string(c.micro_batch), std::to_string(c.grad_accum()), yn(c.sequence_parallel), recompute,
-                   yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp),
+                   yn(c.dtd), yn(c.cac), std::to_string(c.zero), yn(c.expert_tp && c.tp > 1),
                    yn(c.tiled_optimizer),
                    c.layout == RankLayout::ted ? "ted" : c.layout == RankLayout::data_before_expert ? "dbe" : "fold",
                    yn(c.moe_a2a_overlap),

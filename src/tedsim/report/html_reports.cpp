@@ -57,7 +57,7 @@ std::string plan_name(const json& c) {
   if (c.value("dtd", false)) s += " dtd";
   if (c.value("cac", false)) s += " cac";
   if (c.value("sequence_parallel", false)) s += " sp";
-  if (c.value("expert_tp", false)) s += " etp";
+  if (c.value("expert_tp", false) && number(c, "tp", 1) > 1) s += " etp";
   if (c.value("moe_dispatcher", std::string("alltoall")) == "flex") s += " flex";
   if (c.value("adam_moments", std::string("fp32")) == "bf16") s += " m16";
   if (const std::string cg = c.value("cuda_graph_scope", std::string("none")); cg != "none") s += " cg(" + cg + ")";
@@ -214,8 +214,8 @@ void search_section(HtmlPage& page, const json& doc) {
     }
     rows.push_back({std::to_string(rank), text(c, "pp"), text(c, "vpp"), text(c, "tp"), text(c, "cp", "1"), text(c, "ep"), text(c, "dp"),
                     text(c, "dp_expert"), text(c, "micro_batch"), text(c, "grad_accum"), on_off(c, "sequence_parallel"),
-                    text(c, "recompute"), on_off(c, "dtd"), on_off(c, "cac"), text(c, "zero"), on_off(c, "expert_tp"),
-                    text(c, "layout"), num(number(p, "iteration_time_s"), 4), num(number(p, "tokens_per_s"), 0),
+                    text(c, "recompute"), on_off(c, "dtd"), on_off(c, "cac"), text(c, "zero"),
+                    number(c, "tp", 1) > 1 ? on_off(c, "expert_tp") : std::string("off"), text(c, "layout"), num(number(p, "iteration_time_s"), 4), num(number(p, "tokens_per_s"), 0),
                     num(number(p, "tflops_per_gpu"), 1), num(100 * number(p, "mfu"), 1),
                     num(number(p.value("memory", json::object()), "peak_gib"), 2)});
   }

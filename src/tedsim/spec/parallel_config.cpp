@@ -141,7 +141,7 @@ std::string ParallelConfig::describe() const {
                                                 : " -";
   if (sequence_parallel) text += " sp";
   text += " zero" + std::to_string(zero);
-  text += expert_tp ? " etp" : " -";
+  text += expert_tp && tp > 1 ? " etp" : " -";  // with one tensor rank there is nothing to split
   if (shared_expert_overlap) text += " seo";
   if (moe_dispatcher == MoeDispatcher::flex) text += " flex";
   if (adam_moments != Dtype::fp32) text += " m16";
