@@ -39,6 +39,9 @@ std::string attention_text(const ModelSpec& m) {
          " kv heads, head_dim " + std::to_string(m.head_dim()) + (m.qkv_bias || m.linear_bias ? ", qkv bias" : "") +
          (m.rotary_dim > 0 ? ", rotary on " + std::to_string(m.rotary_dim) + " (theta " + fixed(m.rope_theta, 0) + ")"
                             : ", no rotary") +
+         (m.yarn_factor > 0 ? ", yarn x" + fixed(m.yarn_factor, 0) + " (attention factor " + fixed(m.rope_attention_factor, 3) +
+                                  (m.rope_unfused() ? ": Megatron-Core's RoPE runs unfused)" : ")")
+                            : "") +
          (m.qk_norm == QkNorm::none ? "" : std::string(", q/k norm per ") + (m.qk_norm == QkNorm::head ? "head" : "projection")) +
          window_text(m);
 }
@@ -64,6 +67,11 @@ nlohmann::json summary_json(const ModelSpec& m, const ModelSummary& s, int seq) 
   j["head_dim"] = m.head_dim();
   j["rotary_dim"] = m.rotary_dim;
   if (m.rotary_dim > 0) j["rope_theta"] = m.rope_theta;
+  if (m.activation_clamp > 0) j["activation_clamp"] = m.activation_clamp;
+  if (m.yarn_factor > 0) {
+    j["yarn_factor"] = m.yarn_factor;
+    j["rope_attention_factor"] = m.rope_attention_factor;
+  }
   j["qk_norm"] = to_string(m.qk_norm);
   j["attention"] = to_string(m.attention);
   j["sliding_window"] = m.sliding_window;
@@ -120,7 +128,10 @@ int run_model_show(const ModelShowOptions& o) {
                           std::to_string(m.vocab) + (m.tie_embeddings ? " (tied)" : " (untied)") + ", " +
                           to_string(m.norm) + ", seq " + std::to_string(seq) + ", " + to_string(m.dtype)});
   t.add_row({"attention", attention_text(m)});
-  t.add_row({"dense MLP", "width " + std::to_string(m.ffn) + " " + to_string(m.activation)});
+  t.add_row({"dense MLP", "width " + std::to_string(m.ffn) + " " + to_string(m.activation) +
+                             (m.activation_clamp > 0 ? ", halves clamped at " + fixed(m.activation_clamp, 1) +
+                                                           " (outside Megatron-Core's fused GLU)"
+                                                     : "")});
   t.add_row({"layers", m.layer_pattern()});
   if (m.is_moe()) {
     t.add_row({"routing", routing_text(m)});

@@ -3,6 +3,7 @@
 // dropless load, grouped expert GEMMs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -77,6 +78,8 @@ TEST(ModelImport, YamlTwinsResolveToTheSameModelAsTheirImports) {
     EXPECT_EQ(yaml.head_dim(), hf.head_dim()) << name;
     EXPECT_EQ(yaml.rotary_dim, hf.rotary_dim) << name;
     EXPECT_EQ(yaml.rope_theta, hf.rope_theta) << name;
+    EXPECT_EQ(yaml.yarn_factor, hf.yarn_factor) << name;
+    EXPECT_DOUBLE_EQ(yaml.rope_attention_factor, hf.rope_attention_factor) << name;
     EXPECT_EQ(yaml.qk_norm, hf.qk_norm) << name;
   }
 }
@@ -90,6 +93,29 @@ TEST(ModelImport, RotaryEmbeddingsCoverTheHeadOrMlasRopePart) {
   EXPECT_EQ(test::model("hf/gpt-oss-120b").rotary_dim, 64);
   EXPECT_EQ(test::model("hf/deepseek-v3").rotary_dim, 64);  // qk_rope_head_dim, not the 192-wide head
   EXPECT_EQ(test::model("ted-6.7b").rotary_dim, 0);
+}
+
+// YaRN's attention factor, as transformers and Megatron-Core compute it: gpt-oss gives no mscale,
+// so 0.1 ln 32 + 1; DeepSeek's mscale over mscale_all_dim is 1 (V3: 1/1, V2-Lite: 0.707/0.707).
+// Only a factor other than 1 sends Megatron-Core to its unfused RoPE. Llama 3.1's own scaling
+// only changes the frequencies: its key stays listed as ignored.
+TEST(ModelImport, YarnsAttentionFactorDecidesWhetherRopeRunsFused) {
+  const ModelSpec oss = test::model("hf/gpt-oss-120b");
+  EXPECT_EQ(oss.yarn_factor, 32.0);
+  EXPECT_NEAR(oss.rope_attention_factor, 0.1 * std::log(32.0) + 1.0, 1e-12);
+  EXPECT_TRUE(oss.rope_unfused());
+  for (const char* name : {"hf/deepseek-v3", "hf/deepseek-v2-lite"}) {
+    const ModelSpec ds = test::model(name);
+    EXPECT_GT(ds.yarn_factor, 1.0) << name;
+    EXPECT_NEAR(ds.rope_attention_factor, 1.0, 1e-12) << name;
+    EXPECT_FALSE(ds.rope_unfused()) << name;
+  }
+  const ModelSpec llama = test::model("hf/llama-3.1-70b");
+  EXPECT_EQ(llama.yarn_factor, 0.0);
+  EXPECT_FALSE(llama.rope_unfused());
+  EXPECT_NE(std::find(llama.ignored_keys.begin(), llama.ignored_keys.end(), "rope_scaling"), llama.ignored_keys.end());
+  EXPECT_DOUBLE_EQ(yarn_attention_factor(1.0, 0, 0), 1.0);  // no scaling, no factor
+  EXPECT_DOUBLE_EQ(yarn_attention_factor(40.0, 0.5, 1.0), (0.05 * std::log(40.0) + 1) / (0.1 * std::log(40.0) + 1));
 }
 
 TEST(ModelImport, ReadsTheRoutingAndLayerPatternsEachArchitectureDeclares) {

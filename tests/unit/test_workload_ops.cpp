@@ -10,6 +10,7 @@
 
 #include "test_helpers.hpp"
 #include "tedsim/core/error.hpp"
+#include "tedsim/model/memory.hpp"
 #include "tedsim/model/workload.hpp"
 
 namespace tedsim {
@@ -63,6 +64,75 @@ TEST(Rotary, RotatesTheLocalQueryAndKeyHeadsOnce) {
   }
   const test::Bench gpt(test::model("ted-6.7b"), "summit");
   EXPECT_EQ(find_op(gpt.workload(c).dense.forward, "rotary"), nullptr);
+}
+
+// gpt-oss's YaRN attention factor (1.35) sends Megatron-Core to its unfused RoPE: 12 reads and
+// writes per rotated element forward, 13 backward, and 12 / 7 framework calls per tensor, where
+// the fused kernel reads and writes each once. The same model with a factor of 1 runs it fused.
+TEST(Rotary, YarnsAttentionFactorRunsTheUnfusedRopeWithItsTrafficAndCalls) {
+  const ParallelConfig c = test::config(8, 1, 8, 1, 8);
+  const ModelSpec oss = test::model("hf/gpt-oss-120b");  // 64 heads, 8 key heads, head_dim 64
+  ASSERT_TRUE(oss.rope_unfused());
+  ModelSpec fused = oss;
+  fused.rope_attention_factor = 1.0;
+  const Workload u = test::Bench(oss, "dgx-b200").workload(c);
+  const Workload f = test::Bench(fused, "dgx-b200").workload(c);
+  const double rotated = double(u.shape.tokens) * 64 * (64 + 8) * u.shape.act_bytes;
+  for (const LayerBlocks* kind : {&u.moe, &u.moe_window}) {
+    const Op* fwd = find_op(kind->forward, "rotary");
+    const Op* bwd = find_op(kind->backward, "rotary");
+    ASSERT_NE(fwd, nullptr);
+    ASSERT_NE(bwd, nullptr);
+    EXPECT_DOUBLE_EQ(fwd->bytes, 12.0 * rotated);
+    EXPECT_DOUBLE_EQ(bwd->bytes, 13.0 * rotated);
+    EXPECT_DOUBLE_EQ(fwd->host_calls, 24.0);
+    EXPECT_DOUBLE_EQ(bwd->host_calls, 14.0);
+  }
+  const Op* plain = find_op(f.moe.forward, "rotary");
+  ASSERT_NE(plain, nullptr);
+  EXPECT_DOUBLE_EQ(plain->bytes, 2.0 * rotated);
+  EXPECT_DOUBLE_EQ(plain->host_calls, 1.0);
+  EXPECT_GT(u.moe.forward.seconds, f.moe.forward.seconds);
+  EXPECT_GT(u.moe.backward.seconds, f.moe.backward.seconds);
+}
+
+// gpt-oss's clamped GLU (swiglu_limit 7) outside Megatron-Core's fused bias-GLU: four passes of
+// fc1's output forward and five backward, in the moe_act recompute module, and one more fc1
+// output kept; the fused grouped MLP clamps in its epilogue, and a model without a limit has none.
+TEST(ActivationClamp, ClampsAndConcatenatesTheGluHalvesOutsideTheFusedKernel) {
+  const ModelSpec oss = test::model("hf/gpt-oss-120b");
+  ASSERT_EQ(oss.activation_clamp, 7.0);
+  ASSERT_EQ(test::model("gpt-oss-120b").activation_clamp, 7.0);  // the YAML says the same
+  ModelSpec plain = oss;
+  plain.activation_clamp = 0;
+  ParallelConfig c = test::config(8, 1, 8, 1, 8);
+  c.recompute = Recompute::none;
+  const test::Bench bench(oss, "dgx-b200");
+  const Workload w = bench.workload(c);
+  const Op* fwd = find_op(w.moe.forward, "expert_act_clamp");
+  const Op* bwd = find_op(w.moe.backward, "expert_act_clamp");
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  const StepShape& s = w.shape;
+  const double fc1_bytes = double(s.expert_rows) * s.local_experts * 2.0 * s.ffn_local * s.act_bytes;
+  EXPECT_DOUBLE_EQ(fwd->bytes, 4.0 * fc1_bytes);
+  EXPECT_DOUBLE_EQ(bwd->bytes, 5.0 * fc1_bytes);
+  EXPECT_EQ(fwd->module, kRecomputeMoe | kRecomputeMoeAct);
+  EXPECT_EQ(find_op(test::Bench(plain, "dgx-b200").workload(c).moe.forward, "expert_act_clamp"), nullptr);
+  // Memory: fc1's output once more, unless moe_act is recomputed.
+  const LayerActivationBytes clamped = layer_activation_bytes(oss, c, s);
+  const LayerActivationBytes unclamped = layer_activation_bytes(plain, c, s);
+  EXPECT_DOUBLE_EQ(clamped.moe - unclamped.moe, fc1_bytes);
+  ParallelConfig act = c;
+  act.recompute = Recompute::selective;
+  act.recompute_modules = kRecomputeMoeAct;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(oss, act, s).moe, layer_activation_bytes(plain, act, s).moe);
+  // The fused grouped MLP (MXFP8) clamps inside its first GEMM's epilogue.
+  ModelSpec mx = oss;
+  mx.dtype = Dtype::fp8;
+  ParallelConfig fused = c;
+  fused.fused_grouped_mlp = true;
+  EXPECT_EQ(find_op(test::Bench(mx, "gb200-nvl72").workload(fused).moe.forward, "expert_act_clamp"), nullptr);
 }
 
 // Qwen3 normalizes every local query and key head before RoPE (read and written once, and back

@@ -223,6 +223,7 @@ LayerDims layer_dims(const ModelSpec& m, const StepShape& s) {
   // the tensor group is wider than their count).
   if (m.qk_norm != QkNorm::none)
     d.qk_norm_elems_per_token = std::int64_t(d.head_dim) * (d.heads_local + std::max(1, m.kv_heads / s.t));
+  d.rope_unfused = m.rope_unfused();
   d.core_attention = m.core_attention;
   return d;
 }
@@ -282,8 +283,23 @@ void attention_forward(BlockBuilder& x, const LayerDims& d) {
   }
   // RoPE on the queries and keys (Megatron-Core's fused apply_rotary_pos_emb): reads and writes
   // each rotated element once; the cos/sin table is s x rotary_dim, cached.
-  if (d.rotary_elems_per_token > 0)
-    x.kernel("rotary", KernelKind::elementwise, 2.0 * double(d.T) * double(d.rotary_elems_per_token) * d.B);
+  if (d.rotary_elems_per_token > 0) {
+    const double rotated = double(d.T) * double(d.rotary_elems_per_token) * d.B;
+    if (!d.rope_unfused) {
+      x.kernel("rotary", KernelKind::elementwise, 2.0 * rotated);
+    } else {
+      // YaRN's attention factor sends Megatron-Core to its unfused RoPE (ModelSpec::rope_unfused).
+      // Forward, per rotated element (reads + writes): t * cos (2), -x2 of half (1), the rotated
+      // half's cat (2), * sin (2), the add (3), the cat with the empty unrotated part (2): 12.
+      // Backward (autograd): grad * cos (2), grad * sin (2), the negation's (1), the halves' cat
+      // (2), the two paths' sum (3), the slice's zeros and copy (3): 13. Framework calls, for the
+      // query and the key each: cos, sin and their scaling and casts (6) and the six kernels
+      // forward; seven backward.
+      x.kernel("rotary", KernelKind::elementwise, 12.0 * rotated);
+      x.backward_of_last(13.0 * rotated, 2.0 * kUnfusedRopeBackwardCalls);
+      x.host_calls_of_last(2.0 * kUnfusedRopeForwardCalls);
+    }
+  }
   x.set_module(kRecomputeCoreAttn);
   const AttentionShape core{d.attn_batch, d.s, d.qk_head_dim, d.v_head_dim, d.window, d.fp8_attention};
   // Context parallelism: the ring passes every rank's keys and values once around the cp ranks
@@ -463,6 +479,17 @@ void moe_forward(BlockBuilder& x, const LayerDims& d, const StepShape& s, const 
   } else {
     x.grouped_gemm("expert_fc1", rows, fc1_out, d.h, s.local_experts);
     x.set_module(kRecomputeMoe | kRecomputeMoeAct);
+    if (m.activation_clamp > 0 && d.fc1_factor == 2) {
+      // gpt-oss's clamp, outside Megatron-Core's fused bias-GLU: each half of fc1's output
+      // clamped (read and written), then concatenated (read and written again): 4 passes of it.
+      // Backward: each clamp's gradient reads the gradient and its saved input and writes (3
+      // halves), and the halves' gradients are concatenated (2): 5. Calls: two clamps, the cat and
+      // the linear offset's tensor forward; two clamp gradients (mask and select each) and the cat.
+      const double fc1_bytes = double(rows) * s.local_experts * double(fc1_out) * B;
+      x.kernel("expert_act_clamp", KernelKind::elementwise, 4.0 * fc1_bytes);
+      x.backward_of_last(5.0 * fc1_bytes, kClampBackwardCalls);
+      x.host_calls_of_last(kClampForwardCalls);
+    }
     x.kernel("expert_activation", KernelKind::activation,
              double(d.fc1_factor + 1) * double(rows) * s.local_experts * s.ffn_local * B);
     x.set_module(kRecomputeMoe);

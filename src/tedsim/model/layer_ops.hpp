@@ -71,6 +71,14 @@ inline constexpr double kFlexPreprocessCalls = 4.0;
 //   wait for that step (published-results row "deepseek-v3 (no MTP)") is 0.67 s, 7.9% of the
 //   measured 8.44 s: not larger than the report's bound.
 inline constexpr double kResumeAfterSyncCalls = 45.0;
+// - Megatron-Core's unfused RoPE on one tensor (the query or the key): the cos and sin tables
+//   with their scaling and casts, then six kernels forward; seven backward (layer_ops.cpp).
+inline constexpr double kUnfusedRopeForwardCalls = 12.0;
+inline constexpr double kUnfusedRopeBackwardCalls = 7.0;
+// - gpt-oss's clamped GLU in Megatron-Core: two clamps, the cat and the linear offset's device
+//   tensor forward; backward each clamp's mask and select, and the halves' cat (layer_ops.cpp).
+inline constexpr double kClampForwardCalls = 4.0;
+inline constexpr double kClampBackwardCalls = 5.0;
 // - the cuDNN fused attention call with its layout calls.
 inline constexpr double kFusedAttentionCalls = 3.0;
 
@@ -153,6 +161,7 @@ struct LayerDims {
   std::int64_t qk_head_dim, v_head_dim, q_lora, kv_lora, qk_rope;
   // Rotary position embedding: the query and key elements it rotates per token on this rank.
   std::int64_t rotary_elems_per_token;
+  bool rope_unfused = false;  // Megatron-Core's unfused RoPE (ModelSpec::rope_unfused)
   std::int64_t qk_norm_elems_per_token = 0;  // the query and key elements a q/k norm reads (0: none)
   AttentionKernel core_attention;
   std::int64_t window = 0;  // this layer kind's sliding window (0: full causal)

@@ -78,6 +78,11 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
     const double a2a = E * double(s.capacity_a2a) * h * B;
     const bool gathered = (c.dtd && s.t > 1) || s.sp;
     const double expert_act_out = rows * s.ffn_local * Bq;
+    // gpt-oss's clamp (ModelSpec::activation_clamp) outside the fused GLU: the clamps keep fc1's
+    // output for their gradient and the fused GLU its clamped copy, one more fc1 output; the fused
+    // grouped MLP clamps in its epilogue.
+    const double clamp_copy =
+        m.activation_clamp > 0 && fc1_factor == 2 && !c.fused_grouped_mlp ? rows * fc1_factor * s.ffn_local * B : 0.0;
     // Saved for backward: the block's input (the router's, bf16: the MoE block's norm is not fused
     // into a linear) and dropout mask, fp32 gate probabilities, expert inputs, fc1 and activation
     // outputs, and where the combine weights the outputs its input (the weights' gradient needs
@@ -89,12 +94,12 @@ LayerActivationBytes layer_activation_bytes(const ModelSpec& m, const ParallelCo
     const double shared_inner = shared_width > 0 ? T * shared_width * (fc1_factor * B + Bq) + (fp8 ? T * h * Bq / shard : 0.0)
                                                  : 0.0;
     const double moe_inner = router_tokens * E * 4.0 + rows * h * Bq + rows * fc1_factor * s.ffn_local * B +
-                             expert_act_out + (c.moe_weights_at_combine ? slots * h * B : 0.0) + shared_inner;
+                             expert_act_out + clamp_copy + (c.moe_weights_at_combine ? slots * h * B : 0.0) + shared_inner;
     const double moe_full = block_input + dropout_mask + moe_inner;
     const double moe_kept =
         c.recomputes(kRecomputeMoe) ? (ln ? 0.0 : block_input) + dropout_mask
                                     : (ln ? 0.0 : block_input) + dropout_mask + moe_inner -
-                                          (c.recomputes(kRecomputeMoeAct) ? expert_act_out : 0.0);
+                                          (c.recomputes(kRecomputeMoeAct) ? expert_act_out + clamp_copy : 0.0);
     l.moe_full = norm_inputs + attention_full + moe_full;
     l.moe = norm_inputs + attention + moe_kept;
     // Transient: dispatch buffer, all-to-all receive buffers, expert output.

@@ -24,7 +24,7 @@ const char* const kIgnoredKeys[] = {
     "initial_context_length", "use_cache", "attention_dropout", "hidden_dropout", "output_router_logits",
     "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "router_jitter_noise", "pretraining_tp",
     "quantization_config", "auto_map", "id2label", "label2id", "tokenizer_class", "ep_size",
-    "clip_qkv", "swiglu_limit", "max_window_layers", "qk_layernorm",
+    "clip_qkv", "max_window_layers", "qk_layernorm",
     "use_qk_norm", "return_dict", "_attn_implementation", "bias_correction",
 };
 
@@ -95,6 +95,10 @@ class HfReader {
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
+  }
+  // The value at `key` without counting it read (nullptr: absent or null).
+  const json* peek(const std::string& key) const {
+    return root_.contains(key) && !root_.at(key).is_null() ? &root_.at(key) : nullptr;
   }
   const json& raw(const std::string& key) {
     read_.insert(key);
@@ -263,6 +267,38 @@ void read_attention(HfReader& r, Family f, ModelSpec& m) {
   r.has("use_sliding_window");
 }
 
+// YaRN's frequency scaling (rope_scaling, or transformers 5's rope_parameters, of rope_type or
+// type yarn): its factor, and the attention factor given outright or from DeepSeek's mscale /
+// mscale_all_dim. Megatron-Core runs RoPE unfused when that factor is not 1, so it is a cost
+// (ModelSpec::rope_attention_factor). Other scalings (llama3, linear, ...) only change the
+// frequencies: their key stays listed as ignored.
+void read_rope_scaling(HfReader& r, ModelSpec& m) {
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const json* v = r.peek(key);
+    if (v == nullptr || !v->is_object()) continue;
+    const auto text = [&](const char* inner) -> std::string {
+      if (!v->contains(inner)) return "";
+      if (!v->at(inner).is_string()) r.fail(std::string(key) + "." + inner, "expected a string, got " + v->at(inner).dump());
+      return v->at(inner).get<std::string>();
+    };
+    const std::string type = !text("rope_type").empty() ? text("rope_type") : text("type");
+    if (type != "yarn") continue;
+    r.raw(key);
+    const auto number = [&](const char* inner) -> double {
+      if (!v->contains(inner) || v->at(inner).is_null()) return 0.0;
+      const json& x = v->at(inner);
+      if (!x.is_number() || x.get<double>() < 0)
+        r.fail(std::string(key) + "." + inner, "expected a non-negative number, got " + x.dump());
+      return x.get<double>();
+    };
+    m.yarn_factor = number("factor");
+    if (!(m.yarn_factor > 0)) r.fail(std::string(key) + ".factor", "yarn needs a positive scaling factor");
+    const double given = number("attention_factor");
+    m.rope_attention_factor = given > 0 ? given : yarn_attention_factor(m.yarn_factor, number("mscale"), number("mscale_all_dim"));
+    return;
+  }
+}
+
 void read_moe(HfReader& r, Family f, ModelSpec& m) {
   MoeSpec& e = m.moe;
   e.capacity_factor = 0;  // these models train dropless; --capacity-factor sets a capacity
@@ -406,6 +442,10 @@ HfImport import_hf_config_text(const std::string& text, const std::string& path)
   // training step's rotation, not its cost.
   m.rope_theta = r.number("rope_theta", r.nested_number("rope_parameters", "rope_theta", kDefaultRopeTheta));
   if (!(m.rope_theta > 1)) r.fail("rope_theta", "expected a base above 1, got " + std::to_string(m.rope_theta));
+  read_rope_scaling(r, m);
+  // gpt-oss's GLU clamp (ModelSpec::activation_clamp).
+  m.activation_clamp = r.number("swiglu_limit", 0.0);
+  if (m.activation_clamp < 0) r.fail("swiglu_limit", "expected a non-negative limit, got " + std::to_string(m.activation_clamp));
   if (is_moe_family(family)) read_moe(r, family, m);
   m.mtp_layers = int(r.nonnegative("num_nextn_predict_layers", 0));
   out.ignored = r.finish();

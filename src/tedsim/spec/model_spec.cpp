@@ -1,6 +1,7 @@
 #include "tedsim/spec/model_spec.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "tedsim/core/error.hpp"
@@ -37,6 +38,12 @@ const char* to_string(QkNorm n) {
     case QkNorm::projection: return "projection";
   }
   return "?";
+}
+
+double yarn_attention_factor(double factor, double mscale, double mscale_all_dim) {
+  const auto get_mscale = [factor](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+  if (mscale != 0 && mscale_all_dim != 0) return get_mscale(mscale) / get_mscale(mscale_all_dim);
+  return get_mscale(1.0);
 }
 
 bool ModelSpec::is_moe_layer(int layer) const {

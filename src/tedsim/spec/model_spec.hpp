@@ -85,6 +85,12 @@ struct MoeSpec {
   bool group_limited() const { return groups > 1 && topk_groups < groups; }
 };
 
+// YaRN's attention factor for scaling `factor` (transformers' _compute_yarn_parameters and
+// Megatron-Core's _yarn_get_concentration_factor agree): with both mscale and mscale_all_dim
+// given (0: not given), get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim), else
+// get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1).
+double yarn_attention_factor(double factor, double mscale, double mscale_all_dim);
+
 struct ModelSpec {
   std::string name;
   std::string source;          // where the shape comes from
@@ -100,6 +106,13 @@ struct ModelSpec {
   // RoPE's base theta: pair i of a head turns by pos * theta^(-2i / rotary_dim). It sets the
   // numerics of validate's training step, not any cost; frequency scaling (rope_scaling) is not run.
   double rope_theta = kDefaultRopeTheta;
+  // YaRN's frequency scaling (rope_scaling type yarn; 0: none) and its attention factor, the
+  // "mscale" multiplied into cos and sin (yarn_attention_factor). The factor is a cost, not only
+  // numerics: Megatron-Core's fused RoPE takes no such factor, so with one other than 1 it runs
+  // its unfused PyTorch RoPE (rope_utils.py apply_rotary_pos_emb, at d0b3b775): gpt-oss.
+  double yarn_factor = 0.0;
+  double rope_attention_factor = 1.0;
+  bool rope_unfused() const { return rotary_dim > 0 && rope_attention_factor != 1.0; }
   // Sliding-window attention: each query attends to its last `sliding_window` keys (0: all), on
   // every layer, or on all but every `full_attention_every`-th (1-based, Megatron-Core's
   // window_attn_skip_freq: gpt-oss windows the odd layers, 2).
@@ -107,6 +120,11 @@ struct ModelSpec {
   int full_attention_every = 0;
   int ffn = 0;                 // dense FFN width F (4h unless the model says)
   Activation activation = Activation::gelu;
+  // gpt-oss's clamped GLU (swiglu_limit): the gate half clamped above at the limit, the linear
+  // half to +-limit, before the activation (0: none). A cost, not only numerics: Megatron-Core
+  // clamps and re-concatenates the halves outside its fused bias-GLU kernel (fused_bias_geglu.py
+  // weighted_bias_quick_geglu_impl, at 2edffadb and d0b3b775).
+  double activation_clamp = 0.0;
   Attention attention = Attention::mha;
   MlaSpec mla;
   Norm norm = Norm::layernorm;

@@ -29,6 +29,24 @@ void read_mla(const YamlMap& root, ModelSpec& m) {
   mla.reject_unknown_keys();
 }
 
+// YaRN's frequency scaling: its factor, and the attention factor given outright or from
+// DeepSeek's mscale / mscale_all_dim (yarn_attention_factor).
+void read_yarn(const YamlMap& root, ModelSpec& m) {
+  if (m.rotary_dim == 0) root.fail("yarn", "given without rotary_dim (no rotary embeddings to scale)");
+  const YamlMap yarn = root.child("yarn");
+  m.yarn_factor = yarn.positive_number("factor");
+  if (yarn.has("attention_factor")) {
+    if (yarn.has("mscale") || yarn.has("mscale_all_dim"))
+      yarn.fail("attention_factor", "give either attention_factor or mscale/mscale_all_dim, not both");
+    m.rope_attention_factor = yarn.positive_number("attention_factor");
+  } else {
+    const double mscale = yarn.nonnegative_number("mscale", 0.0);
+    const double mscale_all_dim = yarn.nonnegative_number("mscale_all_dim", 0.0);
+    m.rope_attention_factor = yarn_attention_factor(m.yarn_factor, mscale, mscale_all_dim);
+  }
+  yarn.reject_unknown_keys();
+}
+
 void read_moe(const YamlMap& root, ModelSpec& m) {
   const YamlMap moe = root.child("moe");
   MoeSpec& e = m.moe;
@@ -99,6 +117,7 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
     m.rope_theta = root.positive_number("rope_theta");
     if (m.rope_theta <= 1) root.fail("rope_theta", "expected a base above 1, got " + std::to_string(m.rope_theta));
   }
+  if (root.has("yarn")) read_yarn(root, m);
   m.sliding_window = root.has("sliding_window") ? int(root.positive_integer("sliding_window")) : 0;
   m.full_attention_every = root.has("full_attention_every") ? int(root.positive_integer("full_attention_every")) : 0;
   if (m.full_attention_every > 0 && m.sliding_window == 0)
@@ -106,6 +125,10 @@ ModelSpec model_from_yaml(const YamlMap& root, const std::string& path) {
   m.ffn = int(root.positive_integer("ffn", 4 * std::int64_t(m.hidden)));
   static const std::pair<const char*, Activation> activations[] = {{"gelu", Activation::gelu}, {"swiglu", Activation::swiglu}};
   m.activation = choice(root, "activation", "gelu", activations);
+  if (root.has("activation_clamp")) {
+    if (m.activation != Activation::swiglu) root.fail("activation_clamp", "clamps a GLU's halves: needs activation: swiglu");
+    m.activation_clamp = root.positive_number("activation_clamp");
+  }
   static const std::pair<const char*, Attention> attentions[] = {
       {"mha", Attention::mha}, {"gqa", Attention::gqa}, {"mla", Attention::mla}};
   m.attention = choice(root, "attention", m.kv_heads == m.heads ? "mha" : "gqa", attentions);
