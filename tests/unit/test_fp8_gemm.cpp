@@ -67,6 +67,39 @@ TEST(Fp8Gemm, GroupedFp8GemmsTakeTheirOwnFraction) {
   EXPECT_NEAR(p.gemm_seconds(bf16), bf16.flops() / (1000e12 * 0.5), 1e-12);
 }
 
+// On an MXFP8 device every FP8 GEMM, single or grouped, runs at mxfp8_gemm_scale of the
+// per-tensor curve's rate; bf16 GEMMs are untouched. The key needs the mxfp8 recipe and the curve.
+TEST(Fp8Gemm, Mxfp8GemmsTakeTheirFractionOfThePerTensorCurve) {
+  const auto mxfp8 = [](std::string text) {
+    const std::string at = "  memory_bandwidth_gbs: 3000\n";
+    text.replace(text.find(at), at.size(), at + "  fp8_recipe: mxfp8\n");
+    return text;
+  };
+  const std::string curve = "  fp8_gemm_scale_by_flops: [[1.0e9, 0.5], [1.0e11, 0.9]]\n  fp8_grouped_gemm_scale: 0.6\n";
+  const AnalyticProfile p(topology_from_yaml_text(mxfp8(topology_text(curve + "  mxfp8_gemm_scale: 0.95\n")), "fp8-test"));
+  const GemmShape one{4096, 4096, 4096, 1, Dtype::fp8};
+  GemmShape grouped = one;
+  grouped.batch = 8;
+  EXPECT_NEAR(p.gemm_seconds(one), one.flops() / (2000e12 * 0.5 * 0.9 * 0.95), 1e-12);
+  EXPECT_NEAR(p.gemm_seconds(grouped), 8.0 * one.flops() / (2000e12 * 0.5 * 0.9 * 0.6 * 0.95), 1e-12);
+  GemmShape bf16 = one;
+  bf16.dtype = Dtype::bf16;
+  EXPECT_NEAR(p.gemm_seconds(bf16), bf16.flops() / (1000e12 * 0.5), 1e-12);
+  const auto error_of = [](const std::string& text) {
+    try {
+      topology_from_yaml_text(text, "fp8-test");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(topology_text(curve + "  mxfp8_gemm_scale: 0.95\n")).find("fp8_recipe must be mxfp8"), std::string::npos);
+  EXPECT_NE(error_of(mxfp8(topology_text("  mxfp8_gemm_scale: 0.95\n"))).find("give fp8_gemm_scale_by_flops too"),
+            std::string::npos);
+  EXPECT_NE(error_of(mxfp8(topology_text(curve + "  mxfp8_gemm_scale: 0\n"))).find("efficiency.mxfp8_gemm_scale"),
+            std::string::npos);
+}
+
 TEST(Fp8Gemm, BadScalesNameTheKey) {
   const auto error_of = [](const std::string& text) {
     try {

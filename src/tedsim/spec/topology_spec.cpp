@@ -132,6 +132,14 @@ TopologySpec topology_from_yaml(const YamlMap& root, const std::string& path) {
     if (t.fp8_gemm_scale_by_flops.empty())
       eff.fail("fp8_grouped_gemm_scale", "it scales the FP8 curve: give fp8_gemm_scale_by_flops too");
   }
+  if (eff.has("mxfp8_gemm_scale")) {
+    t.mxfp8_gemm_scale = eff.number("mxfp8_gemm_scale");
+    if (t.mxfp8_gemm_scale <= 0 || t.mxfp8_gemm_scale > 1.0) eff.fail("mxfp8_gemm_scale", "expected a fraction in (0, 1]");
+    if (t.device.fp8_recipe != Fp8Recipe::mxfp8)
+      eff.fail("mxfp8_gemm_scale", "scales block-scaled MXFP8 GEMMs: the device's fp8_recipe must be mxfp8");
+    if (t.fp8_gemm_scale_by_flops.empty())
+      eff.fail("mxfp8_gemm_scale", "it scales the FP8 curve: give fp8_gemm_scale_by_flops too");
+  }
   if (eff.has("attention")) t.attention = read_attention(eff.child("attention"));
   eff.reject_unknown_keys();
   if (root.has("host")) {

@@ -84,6 +84,9 @@ struct TopologySpec {
   // Optional: a grouped FP8 GEMM (a MoE layer's local experts in one block-scaled grouped kernel)
   // reaches this fraction of what one GEMM of a group's shape does; 1: the same.
   double fp8_grouped_gemm_scale = 1.0;
+  // Optional, with device.fp8_recipe mxfp8: a block-scaled MXFP8 GEMM's rate over a per-tensor
+  // FP8 GEMM's of the same shape (the curve above), every FP8 GEMM; 1: the same.
+  double mxfp8_gemm_scale = 1.0;
   AttentionRates attention;           // optional `efficiency.attention` block
   PublishedError published;           // optional `published_error` block
   HostSpec host;                      // optional `host` block (GPU topologies)
