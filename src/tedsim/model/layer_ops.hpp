@@ -76,7 +76,7 @@ inline constexpr double kResumeAfterSyncCalls = 45.0;
 inline constexpr double kUnfusedRopeForwardCalls = 12.0;
 inline constexpr double kUnfusedRopeBackwardCalls = 7.0;
 // - gpt-oss's clamped GLU in Megatron-Core: two clamps, the cat and the linear offset's device
-//   tensor forward; backward each clamp's mask and select, and the halves' cat (layer_ops.cpp).
+//   tensor forward; backward each clamp's mask and select, and the halves' cat (moe_ops.cpp).
 inline constexpr double kClampForwardCalls = 4.0;
 inline constexpr double kClampBackwardCalls = 5.0;
 // - the cuDNN fused attention call with its layout calls.
