@@ -104,6 +104,10 @@ nlohmann::json op_breakdown_json(const Workload& w, const ModelSpec& model) {
         nlohmann::json j = {{"name", op.name}, {"kind", op_kind(op)}, {"phase", to_string(op.phase)}, {"seconds", op.seconds}};
         if (op.flops > 0 && !op.is_collective) j["flops"] = op.flops;
         if (op.bytes > 0) j["bytes"] = op.bytes;
+        // The framework calls the host issues for it in eager mode (model/host_launch.hpp), and
+        // whether the host then waits for it (a device-to-host sync).
+        j["host_calls"] = op.host_calls + op.host_resume_calls;
+        if (op.host_sync) j["host_sync"] = true;
         if (op.flops > 0 && !op.is_collective && op.gemm.m > 0)
           j["shape"] = {{"m", op.gemm.m}, {"n", op.gemm.n}, {"k", op.gemm.k}, {"batch", op.gemm.batch}};
         ops.push_back(std::move(j));

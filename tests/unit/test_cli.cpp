@@ -141,6 +141,17 @@ TEST(Cli, SimulateOpsListsEveryOpOfEachLayerKind) {
   EXPECT_EQ(fc1["shape"]["n"], 2 * 2880);  // SwiGLU's gate and up halves
   EXPECT_DOUBLE_EQ(fc1["flops"].get<double>(), 2.0 * 16 * 1024 * 5760 * 2880);
   EXPECT_EQ(expert_fc1(ops_of(16))["shape"]["batch"], 8);
+  // Host calls: GroupedLinear's one per local expert and one for the module (bf16: no quantizer);
+  // the alltoall dispatcher's preprocessing syncs, and carries the host's code after the sync.
+  EXPECT_DOUBLE_EQ(fc1["host_calls"].get<double>(), 16.0 + 1.0);
+  bool synced = false;
+  for (const auto& block : ops)
+    for (const auto& op : block["passes"]["forward"]["ops"])
+      if (op["name"] == "moe_preprocess") {
+        synced = op.value("host_sync", false);
+        EXPECT_GT(op["host_calls"].get<double>(), 45.0);
+      }
+  EXPECT_TRUE(synced);
 }
 TEST(Cli, HelpWorksEverywhere) {
   const CommandRun top = run_tedsim("--help");
