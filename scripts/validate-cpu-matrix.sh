@@ -42,38 +42,45 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 key() { awk -v k="$1:" '$1 == k {print $2}' "$2"; }
 
-# One calibration per (model, topology, rank count), reused by every config that shares it.
-declare -A profiles
+# One calibration per (model, topology, rank count), reused by every config that shares it, each
+# run right before those configs are validated: the profile describes the machine as it is in the
+# minutes of their runs, not as it was before every other group ran (a shared host's speed drifts).
 calibration_log="$tmp/calibrations.txt"
 : > "$calibration_log"
+declare -A group_configs
+groups=()
 for cfg in "$configs"/*.yaml; do
-  np="$(key gpus "$cfg")"; model="$(key model "$cfg")"; topo="$(key topology "$cfg")"
-  id="$model-$topo-np$np"
-  [[ -n "$profile" || -n "${profiles[$id]:-}" ]] && continue
-  file="$tmp/profile-$id.json"
-  echo "== calibrate $id" >&2
-  start=$(date +%s%N)
-  "${mpirun[@]}" -np "$np" "$tedsim" calibrate --backend cpu "${quick[@]}" --model "$model" --topology "$topo" \
-      --gpus "$np" --out "$file" > "$tmp/calibrate-$id.log" 2>&1 || { tail -5 "$tmp/calibrate-$id.log" >&2; exit 1; }
-  ms=$(( ($(date +%s%N) - start) / 1000000 ))
-  printf '%s|mpirun -np %s tedsim calibrate --backend cpu %s--model %s --topology %s --gpus %s --out profile.json|%d.%03d\n' \
-      "$id" "$np" "${quick[*]:+${quick[*]} }" "$model" "$topo" "$np" $((ms / 1000)) $((ms % 1000)) >> "$calibration_log"
-  profiles[$id]="$file"
+  id="$(key model "$cfg")-$(key topology "$cfg")-np$(key gpus "$cfg")"
+  [[ -n "${group_configs[$id]:-}" ]] || groups+=("$id")
+  group_configs[$id]+="$cfg "
 done
-
 status=0
 mkdir -p "$tmp/results"
-for cfg in "$configs"/*.yaml; do
-  name="$(basename "$cfg" .yaml)"
-  np="$(key gpus "$cfg")"
-  use="${profile:-${profiles[$(key model "$cfg")-$(key topology "$cfg")-np$np]}}"
-  echo "== validate $name ($np ranks)" >&2
-  if ! "${mpirun[@]}" -np "$np" "$tedsim" validate --config "$cfg" --iters "$iters" --warmup "$warmup" \
-       --profile "$use" --json "$tmp/results/$name.json" > "$tmp/$name.log" 2>&1; then
-    echo "validate-cpu-matrix: $name failed:" >&2
-    tail -5 "$tmp/$name.log" >&2
-    status=1
+for id in "${groups[@]}"; do
+  read -r -a members <<< "${group_configs[$id]}"
+  first="${members[0]}"
+  np="$(key gpus "$first")"; model="$(key model "$first")"; topo="$(key topology "$first")"
+  use="$profile"
+  if [[ -z "$profile" ]]; then
+    use="$tmp/profile-$id.json"
+    echo "== calibrate $id" >&2
+    start=$(date +%s%N)
+    "${mpirun[@]}" -np "$np" "$tedsim" calibrate --backend cpu "${quick[@]}" --model "$model" --topology "$topo" \
+        --gpus "$np" --out "$use" > "$tmp/calibrate-$id.log" 2>&1 || { tail -5 "$tmp/calibrate-$id.log" >&2; exit 1; }
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    printf '%s|mpirun -np %s tedsim calibrate --backend cpu %s--model %s --topology %s --gpus %s --out profile.json|%d.%03d\n' \
+        "$id" "$np" "${quick[*]:+${quick[*]} }" "$model" "$topo" "$np" $((ms / 1000)) $((ms % 1000)) >> "$calibration_log"
   fi
+  for cfg in "${members[@]}"; do
+    name="$(basename "$cfg" .yaml)"
+    echo "== validate $name ($np ranks)" >&2
+    if ! "${mpirun[@]}" -np "$np" "$tedsim" validate --config "$cfg" --iters "$iters" --warmup "$warmup" \
+         --profile "$use" --json "$tmp/results/$name.json" > "$tmp/$name.log" 2>&1; then
+      echo "validate-cpu-matrix: $name failed:" >&2
+      tail -5 "$tmp/$name.log" >&2
+      status=1
+    fi
+  done
 done
 mkdir -p "$(dirname "$out")"
 python3 - "$tmp" "$out" "$profile" "$iters" "$warmup" "$configs" "$root" "${#quick[@]}" <<'PY'
@@ -94,7 +101,7 @@ lines = ["# CPU validation: predicted vs measured" + (", quick-calibrated profil
          f"{datetime.date.today()}; {warmup} warm-up + {iters} measured iterations per configuration.", ""]
 calibrations = [l.split("|") for l in open(os.path.join(tmp, "calibrations.txt")).read().splitlines() if l]
 if calibrations:
-    lines += ["Profiles: one calibration per rank count, on this machine, right before the validations:", "",
+    lines += ["Profiles: one calibration per model and rank count, on this machine, each right before the validations that use it:", "",
               "| profile | command | seconds |", "|---|---|---|"]
     lines += [f"| {i} | `{c}` | {t} |" for i, c, t in calibrations]
     lines.append("")
