@@ -194,10 +194,14 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
     if (c.micro_batch > 4) continue;
     // Pipeline degree and recompute change no shape; sequence parallelism changes the router's.
     if (!seen.insert({c.tp, c.ep, c.micro_batch, c.dtd, c.expert_tp, int(c.layout), c.sequence_parallel}).second) continue;
-    c.zero = 1;
     // The whole prediction, not only the workload: the timeline asks for the gradient buckets'
-    // collectives, the largest messages a job sends.
-    (void)Evaluator(model, topology, rec).evaluate(c);
+    // collectives, the largest messages a job sends. ZeRO-1 shards the optimizer step over the
+    // data ranks, ZeRO-0 runs it whole and all-reduces the gradients: both sizes (a ZeRO-0 plan's
+    // Adam is d times a ZeRO-1 plan's, and was extrapolated before).
+    for (int zero : {1, 0}) {
+      c.zero = zero;
+      (void)Evaluator(model, topology, rec).evaluate(c);
+    }
     ++sweep.configs;
   }
   // Distinct shapes, capped: one per bucket (the first seen), then evenly over FLOPs.
