@@ -67,6 +67,16 @@ TEST(Fp8Gemm, GroupedFp8GemmsTakeTheirOwnFraction) {
   EXPECT_NEAR(p.gemm_seconds(bf16), bf16.flops() / (1000e12 * 0.5), 1e-12);
 }
 
+// The error a topology text is refused with ("no error" when it is taken).
+std::string error_of(const std::string& text) {
+  try {
+    topology_from_yaml_text(text, "fp8-test");
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 // On an MXFP8 device every FP8 GEMM, single or grouped, runs at mxfp8_gemm_scale of the
 // per-tensor curve's rate; bf16 GEMMs are untouched. The key needs the mxfp8 recipe and the curve.
 TEST(Fp8Gemm, Mxfp8GemmsTakeTheirFractionOfThePerTensorCurve) {
@@ -85,14 +95,6 @@ TEST(Fp8Gemm, Mxfp8GemmsTakeTheirFractionOfThePerTensorCurve) {
   GemmShape bf16 = one;
   bf16.dtype = Dtype::bf16;
   EXPECT_NEAR(p.gemm_seconds(bf16), bf16.flops() / (1000e12 * 0.5), 1e-12);
-  const auto error_of = [](const std::string& text) {
-    try {
-      topology_from_yaml_text(text, "fp8-test");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(error_of(topology_text(curve + "  mxfp8_gemm_scale: 0.95\n")).find("fp8_recipe must be mxfp8"), std::string::npos);
   EXPECT_NE(error_of(mxfp8(topology_text("  mxfp8_gemm_scale: 0.95\n"))).find("give fp8_gemm_scale_by_flops too"),
             std::string::npos);
@@ -101,14 +103,6 @@ TEST(Fp8Gemm, Mxfp8GemmsTakeTheirFractionOfThePerTensorCurve) {
 }
 
 TEST(Fp8Gemm, BadScalesNameTheKey) {
-  const auto error_of = [](const std::string& text) {
-    try {
-      topology_from_yaml_text(text, "fp8-test");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(error_of(topology_text("  fp8_gemm_scale_by_flops: [[1.0e9, 1.5]]\n")).find("efficiency.fp8_gemm_scale_by_flops"),
             std::string::npos);
   EXPECT_NE(error_of(topology_text("  fp8_gemm_scale_by_flops: [[1.0e9, 0.8]]\n", "{fp32: 67, bf16: 1000}"))
