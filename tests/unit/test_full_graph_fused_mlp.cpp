@@ -8,6 +8,7 @@
 
 #include "test_helpers.hpp"
 #include "tedsim/model/host_launch.hpp"
+#include "tedsim/model/layer_ops.hpp"
 #include "tedsim/sim/simulator.hpp"
 
 namespace tedsim {
@@ -97,7 +98,10 @@ TEST(FusedGroupedMlp, TheActivationAndTheSecondQuantizationLeaveTheWorkload) {
   EXPECT_GT(fc1->quantize_bytes, 0.0);  // the permuted tokens are still quantized before fc1
   EXPECT_EQ(fc2->quantize_bytes, 0.0);  // fc1's epilogue quantized fc2's input
   EXPECT_LT(fc2->seconds, find_op(plain.moe.forward, "expert_fc2")->seconds);
-  EXPECT_NEAR(fc1->seconds, find_op(plain.moe.forward, "expert_fc1")->seconds, 1e-12);
+  // fc1 quantizes its input as before; its GEMM is cuDNN's, in whole 256 x 256 tiles.
+  const Op* plain_fc1 = find_op(plain.moe.forward, "expert_fc1");
+  EXPECT_NEAR(fc1->seconds - bench.profile.gemm_seconds(tiled_shape(fc1->gemm, kCudnnGroupedGemmTile)),
+              plain_fc1->seconds - bench.profile.gemm_seconds(plain_fc1->gemm), 1e-12);
   // Backward: the first data-gradient GEMM of each pair is the dgrad (workload.cpp's mirror).
   // fc2's incoming gradient is quantized before its dgrad as before; fc1's came quantized from
   // fc2's dgrad epilogue with the GLU's gradient, so fc1's dgrad is the bare GEMM.
@@ -108,10 +112,43 @@ TEST(FusedGroupedMlp, TheActivationAndTheSecondQuantizationLeaveTheWorkload) {
   EXPECT_GT(fc2_dgrad->quantize_bytes, 0.0);
   EXPECT_EQ(fc1_dgrad->quantize_bytes, 0.0);
   EXPECT_GT(find_op(plain.moe.backward, "expert_fc1")->quantize_bytes, 0.0);
-  EXPECT_NEAR(fc1_dgrad->seconds, bench.profile.gemm_seconds(fc1_dgrad->gemm), 1e-12);
+  EXPECT_NEAR(fc1_dgrad->seconds, bench.profile.gemm_seconds(tiled_shape(fc1_dgrad->gemm, kCudnnGroupedGemmTile)), 1e-12);
   EXPECT_LT(fused.moe.forward.seconds, plain.moe.forward.seconds);
   EXPECT_LT(fused.moe.backward.seconds, plain.moe.backward.seconds);
   EXPECT_DOUBLE_EQ(fused.moe.forward.flops, plain.moe.forward.flops);  // the same GEMMs
+}
+
+// cuDNN's grouped GEMMs compute whole 256 x 256 output tiles: gpt-oss's 2880-wide outputs take
+// 12 tiles (3072 columns) and its fc2 weight gradient 12 x 12; Qwen3-30B-A3B's widths (2048,
+// 768, 1536) are multiples of 256 and lose nothing. The FLOPs stay the real ones.
+TEST(FusedGroupedMlp, CudnnsGroupedGemmsComputeWholeTiles) {
+  EXPECT_EQ(tiled_shape(GemmShape{32768, 2880, 2880, 2, Dtype::fp8}, 256).n, 3072);
+  EXPECT_EQ(tiled_shape(GemmShape{100, 5760, 2880, 2, Dtype::fp8}, 256).m, 256);
+  EXPECT_EQ(tiled_shape(GemmShape{100, 5760, 2880, 2, Dtype::fp8}, 0).m, 100);
+  ParallelConfig c = gpt_oss_config();
+  c.fused_grouped_mlp = true;
+  const test::Bench oss(fp8(test::model("gpt-oss-120b")), "gb200-nvl72");
+  const Workload w = oss.workload(c);
+  const Op* fc2 = find_op(w.moe.forward, "expert_fc2");
+  ASSERT_NE(fc2, nullptr);
+  EXPECT_EQ(fc2->gemm.n, 2880);
+  EXPECT_DOUBLE_EQ(fc2->flops, fc2->gemm.flops());
+  GemmShape full = fc2->gemm;
+  full.m = (full.m + 255) / 256 * 256;  // each expert's rows, padded to whole tiles too
+  full.n = 3072;
+  EXPECT_NEAR(fc2->seconds, oss.profile.gemm_seconds(full), 1e-12);
+  EXPECT_GT(fc2->seconds, oss.profile.gemm_seconds(fc2->gemm));
+  ParallelConfig q = test::config(8, 1, 8, 4, 512);
+  q.recompute = Recompute::none;
+  q.cac = false;
+  q.moe_dispatcher = MoeDispatcher::flex;
+  q.fused_grouped_mlp = true;
+  const test::Bench qwen(fp8(test::model("qwen3-30b-a3b")), "gb200-nvl72");
+  for (const char* name : {"expert_fc1", "expert_fc2"}) {
+    const Op* op = find_op(qwen.workload(q).moe.forward, name);
+    ASSERT_NE(op, nullptr) << name;
+    EXPECT_EQ(tiled_shape(op->gemm, kCudnnGroupedGemmTile).n, op->gemm.n) << name;
+  }
 }
 
 TEST(FusedGroupedMlp, TheRulesTransformerEngineAndMegatronCoreHold) {

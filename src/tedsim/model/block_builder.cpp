@@ -42,7 +42,8 @@ void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, st
   op.gemm = shape;
   op.module = module_;
   op.graph_scope = graph_scope_;
-  op.seconds = profile_.gemm_seconds(shape);
+  op.output_tile = output_tile_;
+  op.seconds = profile_.gemm_seconds(tiled_shape(shape, output_tile_));
   const Fp8Quantize q = profile_.fp8_quantize();
   if (dtype_ == Dtype::fp8 && input != Input::unquantized && q.priced()) {
     op.dgrad_quantize = true;
@@ -58,6 +59,7 @@ void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, st
 
 void BlockBuilder::fused_grouped_mlp(std::int64_t rows, std::int64_t fc1_out, std::int64_t h, std::int64_t ffn,
                                      std::int64_t experts) {
+  output_tile_ = kCudnnGroupedGemmTile;
   // The permuted tokens are quantized as one grouped tensor (one quantizer call, not one per expert).
   add_gemm("expert_fc1", rows, fc1_out, h, experts, Phase::compute, Input::other);
   Op& fc1 = block_.ops[block_.count - 1];
@@ -65,6 +67,7 @@ void BlockBuilder::fused_grouped_mlp(std::int64_t rows, std::int64_t fc1_out, st
   fc1.host_calls = kGroupedLinearCallsPerCall + 1.0;
   add_gemm("expert_fc2", rows, h, ffn, experts, Phase::compute, Input::quantized);
   block_.ops[block_.count - 1].host_calls = kGroupedLinearCallsPerCall;
+  output_tile_ = 0;
 }
 
 void BlockBuilder::grouped_gemm(const char* name, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t experts) {

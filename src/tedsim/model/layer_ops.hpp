@@ -38,6 +38,7 @@ double fp8_quantize_seconds(const Profile& profile, const Fp8Quantize& q, double
 //   with its own heuristic query (te_general_grouped_gemm -> multi_stream_cublas_gemm), plus its
 //   output allocation and split; in FP8, split_quantize quantizes each expert's slice on its own;
 inline constexpr double kGroupedLinearCallsPerExpert = 1.0;
+inline constexpr std::int32_t kCudnnGroupedGemmTile = 256;  // fused_grouped_mlp's kernels' output tile
 inline constexpr double kGroupedLinearCallsPerCall = 1.0;
 // - the fused router after the gate GEMM: the fused top-k kernel, and the auxiliary loss's five
 //   (scores, token counts, fused loss, scaling, tracker); the sigmoid router's sequence-level
@@ -106,6 +107,10 @@ class BlockBuilder {
   // for all local experts (device-side offsets). The first applies the GLU and quantizes the
   // second's input in its epilogue, and takes its own output gradient quantized by the second's
   // data-gradient epilogue (with the GLU's gradient); the second's input is not quantized again.
+  // Its GEMMs are cuDNN frontend's grouped GEMM kernels, whose output tile is 256 x 256
+  // (mma_tiler_mn's default in every python/cudnn/grouped_gemm/*/api.py at cudnn-frontend@3929da2,
+  // which Transformer Engine's op fuser does not set): a width that is not a multiple of 256
+  // (gpt-oss's 2880) computes the rest of its last tile too.
   void fused_grouped_mlp(std::int64_t rows, std::int64_t fc1_out, std::int64_t h, std::int64_t ffn, std::int64_t experts);
   // The last op added takes this many framework calls on the host (the kernels it stands for),
   // and with `sync` the host then waits for it to finish; `forward_only`: no backward twin.
@@ -141,6 +146,7 @@ class BlockBuilder {
   Dtype dtype_;
   std::uint8_t module_ = 0;
   std::uint8_t graph_scope_ = 0;
+  std::int32_t output_tile_ = 0;  // Op::output_tile of the GEMMs added from now on
 };
 
 struct LayerDims {

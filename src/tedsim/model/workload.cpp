@@ -169,8 +169,8 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       dgrad.host_sync = wgrad.host_sync = false;
       dgrad.gemm = GemmShape{g.m, g.k, g.n, g.batch, g.dtype};
       wgrad.gemm = GemmShape{g.k, g.n, g.m, g.batch, g.dtype};
-      dgrad.seconds = profile.gemm_seconds(dgrad.gemm);
-      wgrad.seconds = profile.gemm_seconds(wgrad.gemm);
+      dgrad.seconds = profile.gemm_seconds(tiled_shape(dgrad.gemm, f.output_tile));
+      wgrad.seconds = profile.gemm_seconds(tiled_shape(wgrad.gemm, f.output_tile));
       dgrad.quantize_bytes = wgrad.quantize_bytes = 0;
       // FP8: the output gradient is quantized once, before the data-gradient GEMM; the weight
       // gradient takes the input's column-wise copy, quantized in forward.

@@ -52,6 +52,10 @@ struct Op {
   // saved input and the incoming gradient, write a gradient): its own bytes and calls (< 0: the usual).
   double backward_bytes = -1;
   double backward_host_calls = -1;
+  // GEMMs of a kernel with a fixed output tile (cuDNN's grouped GEMMs: kCudnnGroupedGemmTile): each
+  // pass computes whole tiles, so it is priced at its output's rows and columns rounded up to the
+  // tile (tiled_shape); its FLOPs stay the real ones. 0: priced as the profile has it.
+  std::int32_t output_tile = 0;
   bool host_sync = false;
   double host_resume_calls = 0;
   bool forward_only = false;
@@ -119,6 +123,15 @@ double busiest_rank_load(int experts, int ep, double imbalance);
 // The imbalance for which busiest_rank_load gives `rank_load` (at least 1): how validate feeds a
 // measured rank load back into the prediction.
 double imbalance_for_rank_load(int experts, int ep, double rank_load);
+
+// `s` with its output's rows (per group) and columns rounded up to multiples of `tile` (0: `s`).
+inline GemmShape tiled_shape(GemmShape s, std::int32_t tile) {
+  if (tile > 0) {
+    s.m = (s.m + tile - 1) / tile * tile;
+    s.n = (s.n + tile - 1) / tile * tile;
+  }
+  return s;
+}
 
 struct Workload {
   StepShape shape;
