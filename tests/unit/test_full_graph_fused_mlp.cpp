@@ -144,8 +144,9 @@ TEST(FusedGroupedMlp, CudnnsGroupedGemmsComputeWholeTiles) {
   q.moe_dispatcher = MoeDispatcher::flex;
   q.fused_grouped_mlp = true;
   const test::Bench qwen(fp8(test::model("qwen3-30b-a3b")), "gb200-nvl72");
+  const Workload qw = qwen.workload(q);
   for (const char* name : {"expert_fc1", "expert_fc2"}) {
-    const Op* op = find_op(qwen.workload(q).moe.forward, name);
+    const Op* op = find_op(qw.moe.forward, name);
     ASSERT_NE(op, nullptr) << name;
     EXPECT_EQ(tiled_shape(op->gemm, kCudnnGroupedGemmTile).n, op->gemm.n) << name;
   }
