@@ -2,6 +2,7 @@
 // extrapolation with warnings, reproduction of an analytic profile sampled at a few points).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -106,6 +107,9 @@ TEST(MeasuredProfileFile, UnknownKeysAreRejectedWithFileAndKey) {
   bad = good;
   bad.replace(bad.find("\"op\": \"all_to_all\""), 18, "\"op\": \"all_to_some\"");
   expect_rejected(bad, "collectives[0].op");
+  bad = good;
+  bad.replace(bad.find("\"m\":"), 4, "\"grouped\": 1, \"m\":");
+  expect_rejected(bad, "gemm[0].grouped");
   expect_rejected("{ not json", "not valid JSON");
 }
 
@@ -259,6 +263,39 @@ TEST(MeasuredProfileLookup, GemmsBeyondTheMeasuredShapesKeepTheNeighboursEfficie
   const double quoted = std::stod(above.substr(open + 1, unit - open - 1)) * 1e9;
   EXPECT_LE(quoted, eff_max * 1.01) << above;
   EXPECT_GE(quoted, eff_min * 0.99) << above;
+}
+
+// A grouped GEMM (the local experts, each with its own weights) and a batched one of the same
+// dimensions (the attention core's products) are timed apart: calibration finds the experts'
+// operands out of cache and the batched ones in it. Each kind is looked up on its own points; a
+// profile that has points of one kind only serves both from them.
+TEST(MeasuredProfileLookup, GroupedGemmsAnswerFromTheirOwnPoints) {
+  const TopologySpec topo = local_cpu();
+  ProfileData d = sample_data();
+  d.gemms.clear();
+  for (std::int64_t m : {32, 64, 128})
+    for (bool grouped : {false, true}) {
+      const GemmShape s{m, 128, 256, 16, Dtype::fp32, grouped};
+      d.gemms.push_back({s, timing(s.flops() / (grouped ? 30e9 : 40e9))});  // grouped: 30 GFLOP/s, batched: 40
+    }
+  const std::string path = temp_path("grouped.json");
+  save_profile(path, d);
+  const ProfileData r = load_profile_data(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(r.gemms.size(), 6u);
+  EXPECT_FALSE(r.gemms[0].shape.grouped);
+  EXPECT_TRUE(r.gemms[1].shape.grouped);
+  EXPECT_NE(profile_to_json(r).find("\"grouped\": true"), std::string::npos);
+  const MeasuredProfile p(r, topo);
+  const GemmShape batched{90, 128, 256, 16, Dtype::fp32, false}, grouped{90, 128, 256, 16, Dtype::fp32, true};
+  EXPECT_NEAR(batched.flops() / p.gemm_seconds(batched), 40e9, 40e9 * 1e-6);
+  EXPECT_NEAR(grouped.flops() / p.gemm_seconds(grouped), 30e9, 30e9 * 1e-6);
+  // A profile of batched points only (written before grouped GEMMs were timed apart).
+  ProfileData old = r;
+  old.gemms.erase(std::remove_if(old.gemms.begin(), old.gemms.end(), [](const GemmPoint& g) { return g.shape.grouped; }),
+                  old.gemms.end());
+  const MeasuredProfile q(old, topo);
+  EXPECT_NEAR(grouped.flops() / q.gemm_seconds(grouped), 40e9, 40e9 * 1e-6);
 }
 
 ProfileData gating_points(const std::vector<std::pair<double, double>>& bytes_seconds) {

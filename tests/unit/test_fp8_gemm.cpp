@@ -51,8 +51,9 @@ TEST(Fp8Gemm, TheScaleCurveMultipliesTheBf16EfficiencyAtTheFp8Peak) {
   EXPECT_NEAR(plain.gemm_seconds(big), big.flops() / (2000e12 * 0.5), 1e-12);
 }
 
-// A grouped FP8 GEMM (batch = local experts) runs at fp8_grouped_gemm_scale of one GEMM of a
-// group's shape; single FP8 GEMMs and batched bf16 ones are untouched.
+// A grouped FP8 GEMM (the local experts, GemmShape::grouped) runs at fp8_grouped_gemm_scale of one
+// GEMM of a group's shape; single FP8 GEMMs, batched ones that are not grouped and bf16 ones are
+// untouched.
 TEST(Fp8Gemm, GroupedFp8GemmsTakeTheirOwnFraction) {
   const AnalyticProfile p(topology_from_yaml_text(
       topology_text("  fp8_gemm_scale_by_flops: [[1.0e9, 0.5], [1.0e11, 0.9]]\n  fp8_grouped_gemm_scale: 0.6\n"),
@@ -60,8 +61,12 @@ TEST(Fp8Gemm, GroupedFp8GemmsTakeTheirOwnFraction) {
   const GemmShape one{4096, 4096, 4096, 1, Dtype::fp8};
   GemmShape grouped = one;
   grouped.batch = 8;
+  grouped.grouped = true;
   EXPECT_NEAR(p.gemm_seconds(one), one.flops() / (2000e12 * 0.5 * 0.9), 1e-12);
   EXPECT_NEAR(p.gemm_seconds(grouped), 8.0 * one.flops() / (2000e12 * 0.5 * 0.9 * 0.6), 1e-12);
+  GemmShape batched = grouped;
+  batched.grouped = false;
+  EXPECT_NEAR(p.gemm_seconds(batched), 8.0 * one.flops() / (2000e12 * 0.5 * 0.9), 1e-12);
   GemmShape bf16 = grouped;
   bf16.dtype = Dtype::bf16;
   EXPECT_NEAR(p.gemm_seconds(bf16), bf16.flops() / (1000e12 * 0.5), 1e-12);
@@ -90,6 +95,7 @@ TEST(Fp8Gemm, Mxfp8GemmsTakeTheirFractionOfThePerTensorCurve) {
   const GemmShape one{4096, 4096, 4096, 1, Dtype::fp8};
   GemmShape grouped = one;
   grouped.batch = 8;
+  grouped.grouped = true;
   EXPECT_NEAR(p.gemm_seconds(one), one.flops() / (2000e12 * 0.5 * 0.9 * 0.95), 1e-12);
   EXPECT_NEAR(p.gemm_seconds(grouped), 8.0 * one.flops() / (2000e12 * 0.5 * 0.9 * 0.6 * 0.95), 1e-12);
   GemmShape bf16 = one;

@@ -135,6 +135,27 @@ TEST(ActivationClamp, ClampsAndConcatenatesTheGluHalvesOutsideTheFusedKernel) {
   EXPECT_EQ(find_op(test::Bench(mx, "gb200-nvl72").workload(fused).moe.forward, "expert_act_clamp"), nullptr);
 }
 
+// The experts' GEMMs, forward and backward, are grouped (each expert multiplies its own weights,
+// GemmShape::grouped); the unfused attention core's batched products are not, nor is any dense GEMM.
+TEST(GroupedGemm, OnlyTheExpertsGemmsAreGrouped) {
+  ParallelConfig c = test::config(2, 2, 1, 2, 8);
+  c.recompute = Recompute::none;
+  const test::Bench bench(test::model("cpu-qwen-moe"), "local-cpu");  // unfused attention core
+  const Workload w = bench.workload(c);
+  int grouped = 0, batched = 0;
+  for (const Block* b : {&w.moe.forward, &w.moe.backward})
+    for (int i = 0; i < b->count; ++i) {
+      const Op& op = b->ops[i];
+      if (op.flops <= 0 || op.is_attention) continue;
+      const bool expert = std::strncmp(op.name, "expert_fc", 9) == 0;
+      EXPECT_EQ(op.gemm.grouped, expert) << op.name;
+      grouped += op.gemm.grouped;
+      batched += !expert && op.gemm.batch > 1;
+    }
+  EXPECT_EQ(grouped, 2 + 4);  // fc1 and fc2: forward, and two GEMMs each in backward
+  EXPECT_GT(batched, 0);          // attn_scores, attn_context
+}
+
 // Qwen3 normalizes every local query and key head before RoPE (read and written once, and back
 // in backward); OLMoE its whole projections, the same elements; Llama and Mixtral neither.
 TEST(QkNorm, NormalizesTheLocalQueryAndKeyHeads) {

@@ -205,7 +205,8 @@ int run_calibration(const CalibrationOptions& o) {
     const Timing t = measure([&] { return slowest(*world, summarize(bench->time(p, warmup, reps, budget))); });
     data.gemms.push_back({g.shape, t});
     gemm_table.add_row({std::to_string(g.shape.m), std::to_string(g.shape.n), std::to_string(g.shape.k),
-                        std::to_string(g.shape.batch), to_string(g.shape.dtype), fmt(t.median_s * 1e6, 1),
+                        std::to_string(g.shape.batch) + (g.shape.grouped ? " grouped" : ""), to_string(g.shape.dtype),
+                        fmt(t.median_s * 1e6, 1),
                         fmt(t.min_s * 1e6, 1), fmt(t.max_s * 1e6, 1), fmt(g.shape.flops() / t.median_s / 1e12, 4)});
     ++gemm_rows;
     checkpoint();

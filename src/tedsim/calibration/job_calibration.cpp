@@ -30,13 +30,14 @@ bool same_span(const GroupSpan& a, const GroupSpan& b) {
 }
 
 // What to measure, flattened to doubles so rank 0 can share it through host_max (every other rank
-// contributes zeros): GEMMs (m, n, k, batch, dtype), kernels (kind, bytes, dtype), collectives
+// contributes zeros): GEMMs (m, n, k, batch, dtype, grouped), kernels (kind, bytes, dtype), collectives
 // (op, group kind, ranks, nodes, rpn, gpn, islands, bytes), arrival-skew group shapes (group kind,
 // ranks, nodes, the one segment to add, or 0 for a shape never measured: host_max shares these, so
 // nothing is negative) and the GEMM their loop computes with (m, n, k, batch, dtype).
 struct Missing {
   std::vector<double> gemms, kernels, collectives, skews, skew_gemm;
 };
+constexpr std::size_t kGemmFields = 6;
 
 // Arrival-skew segments measured for a job: as a quick calibration's.
 constexpr double kJobSkewSegments[] = {0, 8e-3, 64e-3};
@@ -82,14 +83,15 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
     for (const GemmShape& g : recording.gemms()) {
       const bool have = std::any_of(data.gemms.begin(), data.gemms.end(), [&](const GemmPoint& p) {
         return p.shape.m == g.m && p.shape.n == g.n && p.shape.k == g.k && p.shape.batch == g.batch &&
-               p.shape.dtype == g.dtype;
+               p.shape.dtype == g.dtype && p.shape.grouped == g.grouped;
       });
       if (have) continue;
       if (g.dtype != dtype) {
         ++result.unmeasurable;
         continue;
       }
-      missing.gemms.insert(missing.gemms.end(), {double(g.m), double(g.n), double(g.k), double(g.batch), double(int(g.dtype))});
+      missing.gemms.insert(missing.gemms.end(),
+                          {double(g.m), double(g.n), double(g.k), double(g.batch), double(int(g.dtype)), g.grouped ? 1.0 : 0.0});
     }
     for (const KernelLookup& k : recording.kernels())
       if (measured.departs(k.kind, k.bytes, k.dtype))
@@ -157,7 +159,7 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
   result.lookups = int(counts[0]);
   result.unmeasurable = int(counts[1]);
   result.created = counts[2] > 0;
-  const std::size_t gemm_n = missing.gemms.size() / 5, kernel_n = missing.kernels.size() / 3,
+  const std::size_t gemm_n = missing.gemms.size() / kGemmFields, kernel_n = missing.kernels.size() / 3,
                     coll_n = missing.collectives.size() / 8, skew_n = missing.skews.size() / 4;
   if (root)
     std::cout << "validate --calibrate: the prediction asks " << result.lookups << " distinct lookups; "
@@ -170,8 +172,8 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
   long step = 0;
   for (std::size_t i = 0; i < gemm_n; ++i) {
     watchdog::at_step(++step);
-    const double* g = &missing.gemms[5 * i];
-    GemmShape shape{std::int64_t(g[0]), std::int64_t(g[1]), std::int64_t(g[2]), std::int64_t(g[3]), Dtype(int(g[4]))};
+    const double* g = &missing.gemms[kGemmFields * i];
+    GemmShape shape{std::int64_t(g[0]), std::int64_t(g[1]), std::int64_t(g[2]), std::int64_t(g[3]), Dtype(int(g[4])), g[5] > 0};
     Prepared p = bench->gemm(shape);
     check(p.check(), p.what);
     const Timing t = measure_steady([&] { return slowest(world, summarize(bench->time(p, warmup, reps, budget))); }, 1.5);

@@ -25,7 +25,7 @@ class RecordingProfile final : public Profile {
  public:
   RecordingProfile() = default;
   double gemm_seconds(const GemmShape& s) const override {
-    if (s.m > 0 && s.n > 0 && s.k > 0) gemms.insert({s.m, s.n, s.k, s.batch, int(s.dtype)});
+    if (s.m > 0 && s.n > 0 && s.k > 0) gemms.insert({s.m, s.n, s.k, s.batch, int(s.dtype), s.grouped});
     return 1e-6;
   }
   double kernel_seconds(KernelKind kind, double bytes, Dtype d) const override {
@@ -49,19 +49,21 @@ class RecordingProfile final : public Profile {
   }
   std::string describe() const override { return "recording"; }
 
-  mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>> gemms;  // m n k batch dtype
+  mutable std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>> gemms;  // m n k batch dtype grouped
   mutable std::map<int, std::pair<double, double>> kernel_range;
   mutable double largest_collective = 0;  // bytes of the largest message any workload sends
   mutable std::map<int, std::set<double>> collective_bytes;  // by op: every message size asked
 
 };
 
-// Bucket of a GEMM shape: each dimension on a grid of factor 2 in log space, and its dtype. Shapes
-// in one bucket have nearly the same efficiency, and the profile interpolates between buckets anyway.
-using RecordedGemm = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int>;
-std::tuple<int, int, int, int, int> bucket(const RecordedGemm& s, bool keep_dtype) {
+// Bucket of a GEMM shape: each dimension on a grid of factor 2 in log space, its dtype and whether
+// it is grouped. Shapes in one bucket have nearly the same efficiency, and the profile interpolates
+// between buckets anyway.
+using RecordedGemm = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>;
+std::tuple<int, int, int, int, int, bool> bucket(const RecordedGemm& s, bool keep_dtype) {
   const auto b = [](std::int64_t v) { return int(std::lround(std::log2(double(v)))); };
-  return {b(std::get<0>(s)), b(std::get<1>(s)), b(std::get<2>(s)), b(std::get<3>(s)), keep_dtype ? std::get<4>(s) : 0};
+  return {b(std::get<0>(s)), b(std::get<1>(s)), b(std::get<2>(s)), b(std::get<3>(s)), keep_dtype ? std::get<4>(s) : 0,
+          std::get<5>(s)};
 }
 
 // An FP8 GEMM's dimensions rounded up to cuBLASLt's FP8 layouts (multiples of 16), as Transformer
@@ -133,6 +135,7 @@ std::string Sweep::digest() const {
   for (const GemmCase& g : gemms) {
     for (double v : {double(g.shape.m), double(g.shape.n), double(g.shape.k), double(g.shape.batch), double(int(g.shape.dtype))})
       mix(v);
+    if (g.shape.grouped) mix(-1.0);  // only where set: a sweep without grouped GEMMs keeps its digest
   }
   for (const KernelCase& k : kernels) {
     mix(double(int(k.kind)));
@@ -206,14 +209,14 @@ Sweep derive_sweep(const ModelSpec& model, const TopologySpec& topology, const S
   }
   // Distinct shapes, capped: one per bucket (the first seen), then evenly over FLOPs.
   sweep.gemm_shapes_seen = int(rec.gemms.size());
-  std::map<std::tuple<int, int, int, int, int>, RecordedGemm> buckets;
+  std::map<std::tuple<int, int, int, int, int, bool>, RecordedGemm> buckets;
   for (const auto& s : rec.gemms) buckets.emplace(bucket(s, o.fp8_gemms), s);
   std::vector<GemmShape> shapes;
   // A CPU core runs ~50 GFLOP/s: shapes above the cap would take seconds per repetition; the
   // profile extrapolates them from the largest measured ones (efficiency is flat up there).
   const double flop_cap = o.gpu ? 1e14 : (o.quick ? 1e10 : 4e10);
   for (const auto& [b, s] : buckets) {
-    GemmShape g{std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s), o.dtype};
+    GemmShape g{std::get<0>(s), std::get<1>(s), std::get<2>(s), std::get<3>(s), o.dtype, std::get<5>(s)};
     if (o.fp8_gemms && Dtype(std::get<4>(s)) == Dtype::fp8) {
       g.dtype = Dtype::fp8;
       g.m = fp8_layout(g.m), g.n = fp8_layout(g.n), g.k = fp8_layout(g.k);

@@ -29,12 +29,12 @@ void BlockBuilder::core_gemm(const char* name, std::int64_t m, std::int64_t n, s
 }
 
 void BlockBuilder::add_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
-                            Phase phase, Input input) {
+                            Phase phase, Input input, bool grouped) {
   // FP8 training multiplies in FP8 only inside Transformer Engine's linears. The GEMMs outside them
   // stay in bf16: the output layer (Megatron-Core's tensor_parallel.ColumnParallelLinear, a torch
   // matmul), the router's gate (a torch linear) and an unfused attention core.
   const Dtype dtype = input == Input::unquantized ? storage_dtype(dtype_) : dtype_;
-  GemmShape shape{m, n, k, batch, dtype};
+  GemmShape shape{m, n, k, batch, dtype, grouped};
   Op op;
   op.name = name;
   op.phase = phase;
@@ -61,17 +61,17 @@ void BlockBuilder::fused_grouped_mlp(std::int64_t rows, std::int64_t fc1_out, st
                                      std::int64_t experts) {
   output_tile_ = kCudnnGroupedGemmTile;
   // The permuted tokens are quantized as one grouped tensor (one quantizer call, not one per expert).
-  add_gemm("expert_fc1", rows, fc1_out, h, experts, Phase::compute, Input::other);
+  add_gemm("expert_fc1", rows, fc1_out, h, experts, Phase::compute, Input::other, true);
   Op& fc1 = block_.ops[block_.count - 1];
   fc1.dgrad_quantize = false;
   fc1.host_calls = kGroupedLinearCallsPerCall + 1.0;
-  add_gemm("expert_fc2", rows, h, ffn, experts, Phase::compute, Input::quantized);
+  add_gemm("expert_fc2", rows, h, ffn, experts, Phase::compute, Input::quantized, true);
   block_.ops[block_.count - 1].host_calls = kGroupedLinearCallsPerCall;
   output_tile_ = 0;
 }
 
 void BlockBuilder::grouped_gemm(const char* name, std::int64_t rows, std::int64_t n, std::int64_t k, std::int64_t experts) {
-  add_gemm(name, rows, n, k, experts, Phase::compute, Input::other);
+  add_gemm(name, rows, n, k, experts, Phase::compute, Input::other, true);
   // add_gemm counted one GEMM call and each expert's quantization: the other experts' GEMMs and the
   // grouped call's own come on top.
   block_.ops[block_.count - 1].host_calls += double(experts) * kGroupedLinearCallsPerExpert - 1.0 + kGroupedLinearCallsPerCall;

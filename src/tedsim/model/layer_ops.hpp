@@ -141,8 +141,9 @@ class BlockBuilder {
   const Profile& profile_;
   const GroupSpans& spans_;
   enum class Input : std::uint8_t { other, norm, unquantized, quantized };
+  // grouped: the `batch` members are the local experts, each with its own weights (GemmShape::grouped).
   void add_gemm(const char* name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, Phase phase,
-                Input input);
+                Input input, bool grouped = false);
   Dtype dtype_;
   std::uint8_t module_ = 0;
   std::uint8_t graph_scope_ = 0;

@@ -167,8 +167,8 @@ void mirror_backward(const Block& forward, Block& backward, const Profile& profi
       const GemmShape& g = f.gemm;
       Op dgrad = f, wgrad = f;
       dgrad.host_sync = wgrad.host_sync = false;
-      dgrad.gemm = GemmShape{g.m, g.k, g.n, g.batch, g.dtype};
-      wgrad.gemm = GemmShape{g.k, g.n, g.m, g.batch, g.dtype};
+      dgrad.gemm = GemmShape{g.m, g.k, g.n, g.batch, g.dtype, g.grouped};
+      wgrad.gemm = GemmShape{g.k, g.n, g.m, g.batch, g.dtype, g.grouped};
       dgrad.seconds = profile.gemm_seconds(tiled_shape(dgrad.gemm, f.output_tile));
       wgrad.seconds = profile.gemm_seconds(tiled_shape(wgrad.gemm, f.output_tile));
       dgrad.quantize_bytes = wgrad.quantize_bytes = 0;

@@ -38,8 +38,8 @@ double AnalyticProfile::gemm_seconds(const GemmShape& s) const {
   if (s.dtype == Dtype::fp8 && !fp8_scale_by_flops_.empty()) efficiency *= fp8_scale_by_flops_(flops / double(s.batch));
   // The device's FP8 training recipe: block-scaled MXFP8 GEMMs against the per-tensor curve.
   if (s.dtype == Dtype::fp8) efficiency *= topo_.mxfp8_gemm_scale;
-  // The only batched FP8 GEMMs are a MoE layer's grouped experts (the attention core's stay bf16).
-  if (s.dtype == Dtype::fp8 && s.batch > 1) efficiency *= topo_.fp8_grouped_gemm_scale;
+  // A MoE layer's grouped experts in FP8 (GemmShape::grouped), against the per-tensor curve.
+  if (s.dtype == Dtype::fp8 && s.grouped) efficiency *= topo_.fp8_grouped_gemm_scale;
   return flops / (peak * efficiency) + launch_s_;
 }
 

@@ -41,7 +41,7 @@ std::string describe_span(const GroupSpan& s) {
 
 std::string point_key(const GemmPoint& p) {
   return "gemm " + std::to_string(p.shape.m) + "x" + std::to_string(p.shape.n) + "x" + std::to_string(p.shape.k) +
-         " batch " + std::to_string(p.shape.batch) + " " + to_string(p.shape.dtype);
+         " batch " + std::to_string(p.shape.batch) + (p.shape.grouped ? " grouped " : " ") + to_string(p.shape.dtype);
 }
 std::string point_key(const KernelPoint& p) {
   return std::string("kernel ") + to_string(p.kind) + " " + to_string(p.dtype) + " " + num(p.bytes, 17);
@@ -212,7 +212,7 @@ MeasuredProfile::Answer MeasuredProfile::answer(const std::string& key, Compute&
 
 MeasuredProfile::Answer MeasuredProfile::gemm_answer(const GemmShape& s) const {
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0) return {0.0, false, false};
-  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype), [&] { return gemm_uncached(s); });
+  return answer(raw_key('g', s.m, s.n, s.k, s.batch, s.dtype, s.grouped), [&] { return gemm_uncached(s); });
 }
 
 MeasuredProfile::Answer MeasuredProfile::kernel_answer(KernelKind kind, double bytes, Dtype dtype) const {
@@ -336,10 +336,16 @@ double MeasuredProfile::gemm_uncached(const GemmShape& s) const {
     double log_t;
   };
   const double q[4] = {std::log(double(s.m)), std::log(double(s.n)), std::log(double(s.k)), std::log(double(s.batch))};
+  // A grouped GEMM fits on the grouped points and any other GEMM on the rest (GemmShape::grouped),
+  // where the profile has points of its kind; a profile written before grouped GEMMs were timed
+  // apart has none, and serves both from all its points.
+  const bool same_kind_only = std::any_of(by->second.begin(), by->second.end(),
+                                          [&](std::size_t i) { return data_.gemms[i].shape.grouped == s.grouped; });
   std::vector<Near> near;
   double min_flops = std::numeric_limits<double>::max(), max_flops = 0;
   for (std::size_t i : by->second) {
     const GemmPoint& p = data_.gemms[i];
+    if (same_kind_only && p.shape.grouped != s.grouped) continue;
     Near n{0, {std::log(double(p.shape.m)) - q[0], std::log(double(p.shape.n)) - q[1], std::log(double(p.shape.k)) - q[2],
                std::log(double(p.shape.batch)) - q[3]},
            std::log(p.seconds.median_s)};

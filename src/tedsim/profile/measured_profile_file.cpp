@@ -175,9 +175,11 @@ std::string profile_to_json(const ProfileData& d) {
     j["calibration"]["complete"] = d.complete;
   }
   json g = json::array();
-  for (const GemmPoint& x : d.gemms)
+  for (const GemmPoint& x : d.gemms) {
     g.push_back(json{{"m", x.shape.m}, {"n", x.shape.n}, {"k", x.shape.k}, {"batch", x.shape.batch},
                      {"dtype", to_string(x.shape.dtype)}, {"seconds", timing_json(x.seconds)}});
+    if (x.shape.grouped) g.back()["grouped"] = true;  // absent where false: older profiles read alike
+  }
   j["gemm"] = g;
   json k = json::array();
   for (const KernelPoint& x : d.kernels)
@@ -263,6 +265,7 @@ ProfileData profile_from_json(const std::string& text, const std::string& name) 
     p.shape.k = r.positive_int("k");
     p.shape.batch = r.positive_int("batch", 1);
     p.shape.dtype = r.parse("dtype", dtype);
+    p.shape.grouped = r.boolean("grouped", false);
     p.seconds = read_timing(r.child("seconds"));
     r.reject_unknown_keys();
     d.gemms.push_back(p);

@@ -17,6 +17,11 @@ struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t batch = 1;
   Dtype dtype = Dtype::bf16;
+  // A grouped GEMM: each of the `batch` members multiplies its own weights (the local experts),
+  // which the step last touched a layer ago. The attention core's batched products are not: the
+  // kernel before them has just written both their operands. On a CPU the two differ by whether
+  // the operands are still in cache, so a measured profile times and looks them up apart.
+  bool grouped = false;
   double flops() const { return 2.0 * double(batch) * double(m) * double(n) * double(k); }
 };
 

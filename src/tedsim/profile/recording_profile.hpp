@@ -32,7 +32,7 @@ class RecordingProfile final : public Profile {
  public:
   explicit RecordingProfile(const Profile& inner) : inner_(inner) {}
   double gemm_seconds(const GemmShape& s) const override {
-    if (seen_.insert(std::make_tuple('g', s.m, s.n, s.k, s.batch, int(s.dtype), 0.0)).second) gemms_.push_back(s);
+    if (seen_.insert(std::make_tuple(s.grouped ? 'G' : 'g', s.m, s.n, s.k, s.batch, int(s.dtype), 0.0)).second) gemms_.push_back(s);
     return inner_.gemm_seconds(s);
   }
   double kernel_seconds(KernelKind kind, double bytes, Dtype dtype) const override {

@@ -413,7 +413,7 @@ void profile_section(HtmlPage& page, const json& doc, const std::string& source)
     const double flops = x.shape.flops(), s = x.seconds.median_s;
     if (flops <= 0 || s <= 0) continue;
     const std::string family = "n=" + std::to_string(x.shape.n) + " k=" + std::to_string(x.shape.k) +
-                               (x.shape.batch > 1 ? " batch " + std::to_string(x.shape.batch) : "") + " " + to_string(x.shape.dtype);
+                               (x.shape.batch > 1 ? (x.shape.grouped ? " experts " : " batch ") + std::to_string(x.shape.batch) : "") + " " + to_string(x.shape.dtype);
     gemm.push_back({{"x", flops}, {"y", flops / s / 1e12}, {"series", family},
                     {"label", "m=" + std::to_string(x.shape.m) + " " + family + ": " + num(flops / s / 1e12, 3) + " TFLOP/s"}});
   }
