@@ -108,10 +108,13 @@ class CpuBench final : public Bench {
     // working set between two uses of one layer. Timed on the same buffers, the operands would sit
     // in the shared L3 (on a 2-core Xeon VM the step's GEMMs then ran 20-30% slower than
     // calibrated; rotating the operands over 64 MiB or more took the whole gap, less did not).
-    // So each repetition takes the next of enough operand sets to span kColdBytes. A grouped GEMM's
-    // experts find theirs the same way (timed warm, a dropless step's expert GEMMs ran 20-35%
-    // slower than calibrated on the 2-core EPYC VM). The attention core's batched products keep
-    // one set: the kernel before them has just written their inputs.
+    // So each repetition takes the next of enough operand sets to span kColdBytes. A grouped
+    // GEMM's experts find their weights cold too, but their tokens and output where the
+    // dispatcher and the activation before them just left them: its repetitions rotate the
+    // weights (B) alone. On the 2-core EPYC VM a dropless step's expert GEMMs ran 20-35% slower
+    // than calibrated all warm, and 0-3% faster than calibrated all cold; the weights alone gave
+    // -1% (cpu-qwen-moe) and +2% (cpu-deepseek-moe, the same expert shapes). The attention core's
+    // batched products keep one set: the kernel before them has just written their inputs.
     const std::size_t set_floats = a_n + b_n + c_n;
     const std::size_t sets =
         batch == 1 || s.grouped
@@ -130,13 +133,18 @@ class CpuBench final : public Bench {
     }
     auto next = std::make_shared<std::size_t>(0);  // the set the next repetition uses
     auto set_of = [=](std::size_t i) { return mem->data() + i * set_floats; };
+    // The operands of the repetition that uses set i: a grouped GEMM's tokens and output stay in set 0.
+    const bool weights_only = s.grouped;
+    auto a_of = [=](std::size_t i) { return set_of(weights_only ? 0 : i); };
+    auto b_of = [=](std::size_t i) { return set_of(i) + a_n; };
+    auto c_of = [=](std::size_t i) { return set_of(weights_only ? 0 : i) + a_n + b_n; };
     Prepared p;
     p.what = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " batch " +
              std::to_string(batch) + (s.grouped ? " grouped" : "");
     p.run = [=] {
-      float* a = set_of(*next);
-      float* b = a + a_n;
-      float* c = b + b_n;
+      float* a = a_of(*next);
+      float* b = b_of(*next);
+      float* c = c_of(*next);
       *next = (*next + 1) % sets;
       for (int i = 0; i < batch; ++i)
         tk::gemm(tk::GemmOp{}, m, n, k, a + std::size_t(i) * m * k, k, b + std::size_t(i) * k * n, n,
@@ -145,9 +153,10 @@ class CpuBench final : public Bench {
     // Sampled reference: 64 entries of the last product, each a double-precision dot product.
     p.check = [=] {
       p.run();
-      const float* a = set_of((*next + sets - 1) % sets);
-      const float* b = a + a_n;
-      const float* c = b + b_n;
+      const std::size_t last = (*next + sets - 1) % sets;
+      const float* a = a_of(last);
+      const float* b = b_of(last);
+      const float* c = c_of(last);
       std::mt19937 rng(3);
       std::int64_t wrong = 0;
       const std::size_t base = std::size_t(batch - 1);
