@@ -64,8 +64,8 @@ int run_show(const std::string& path, const std::string& html) {
 
   TextTable g({"m", "n", "k", "batch", "dtype", "median us", "min us", "max us", "TFLOP/s"});
   for (const GemmPoint& x : d.gemms)
-    g.add_row({std::to_string(x.shape.m), std::to_string(x.shape.n), std::to_string(x.shape.k), std::to_string(x.shape.batch),
-               to_string(x.shape.dtype), fixed2(x.seconds.median_s * 1e6, 1), fixed2(x.seconds.min_s * 1e6, 1),
+    g.add_row({std::to_string(x.shape.m), std::to_string(x.shape.n), std::to_string(x.shape.k),
+               std::to_string(x.shape.batch) + (x.shape.grouped ? " grouped" : ""), to_string(x.shape.dtype), fixed2(x.seconds.median_s * 1e6, 1), fixed2(x.seconds.min_s * 1e6, 1),
                fixed2(x.seconds.max_s * 1e6, 1), fixed2(x.shape.flops() / x.seconds.median_s / 1e12, 4)});
   out << "# GEMMs: " << d.gemms.size() << " points\n";
   g.print(out);
