@@ -106,9 +106,12 @@ if calibrations:
     lines += [f"| {i} | `{c}` | {t} |" for i, c, t in calibrations]
     lines.append("")
 lines += ["Times in ms: predicted / measured (error = (predicted - measured) / measured). Measured iteration = "
-          "median over iterations of the slowest rank; phases = mean over ranks, median over iterations.", ""]
-head = "| config | ranks | iteration | within 15% | phases over 5%, beyond 15% | " + " | ".join(phases) + " | memory MiB |"
-lines += [head, "|" + "---|" * (len(phases) + 6)]
+          "median over iterations of the slowest rank; phases = mean over ranks, median over iterations. Machine vs "
+          "profile: the profile's sentinel GEMM timed again right before the step, against its time at calibration "
+          "(+: this machine ran slower than when the profile was measured).", ""]
+head = ("| config | ranks | iteration | within 15% | phases over 5%, beyond 15% | " + " | ".join(phases) +
+        " | memory MiB | machine vs profile |")
+lines += [head, "|" + "---|" * (len(phases) + 7)]
 phase_misses = 0
 largest = []
 worst = 0.0
@@ -132,6 +135,10 @@ for path in sorted(glob.glob(os.path.join(tmp, "results", "*.json"))):
         cells.append(f"{ms(a)} / {ms(b)} ({err(a, b)})")
         diffs.append((abs(a - b), ph, a, b))
     cells.append(f"{p['memory_peak_bytes'] / 2**20:.1f} / {m['memory_peak_bytes'] / 2**20:.1f}")
+    # The profile's sentinel GEMM timed again right before the step (validate's machine_speed):
+    # how much slower (+) or faster this machine ran than in the minutes the profile was measured.
+    speed = d.get("machine_speed")
+    cells.append(f"{100 * speed['change']:+.0f}%" if speed else "-")
     lines.append("| " + " | ".join(cells) + " |")
     diff, ph, a, b = max(diffs)
     largest.append(f"- {name}: {ph}, {ms(a)} predicted vs {ms(b)} measured ms ({err(a, b)}; "

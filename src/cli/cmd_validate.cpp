@@ -31,12 +31,27 @@
 #include "validation_config.hpp"
 #include "watchdog_options.hpp"
 #include "kernel_times.hpp"
+#include "tedsim/calibration/machine_speed.hpp"
 #include "tedsim/runtime/kernel_census.hpp"
 
 namespace tedsim::cli {
 
 
 namespace {
+
+// The sentinel's change since calibration, and a warning beyond kSpeedChangeLimit.
+void print_machine_speed(std::ostream& out, const calibration::SpeedCheck& speed) {
+  const double change = speed.change();
+  out << "machine speed: the profile's sentinel GEMM " << speed.gemm.m << "x" << speed.gemm.n << "x" << speed.gemm.k
+      << (speed.gemm.batch > 1 ? " x" + std::to_string(speed.gemm.batch) : std::string()) << " took "
+      << fixed(speed.calibrated_s * 1e6, 1) << " us when calibrated and " << fixed(speed.now_s * 1e6, 1) << " us now ("
+      << (change >= 0 ? "+" : "") << fixed(100 * change, 0) << "%)\n";
+  if (std::fabs(change) > calibration::kSpeedChangeLimit)
+    out << "WARNING: this machine runs " << fixed(100 * std::fabs(change), 0) << "% "
+        << (change > 0 ? "slower" : "faster")
+        << " than when the profile was measured: the prediction is for the machine as it was then; calibrate again "
+           "and validate in the same quiet minutes\n";
+}
 
 struct ValidateOptions {
   InputOptions in;
@@ -230,6 +245,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     census.fence_each_call = backend == Backend::cuda;
     topt.census = &census;
   }
+  // The profile's sentinel GEMM again, right before the step: has the machine's speed moved
+  // since the profile was measured? (Every rank: the timing is collective.)
+  std::optional<calibration::SpeedCheck> speed;
+  if (!o.in.profile.empty()) speed = calibration::recheck_sentinel(*world, backend, load_profile_data(o.in.profile));
   runtime::MeasuredRun run;
   try {
     run = runtime::measure_training(*world, in.model, c, topt, o.warmup, o.iters);
@@ -262,6 +281,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                    rel_error(pred.memory.peak, run.tensor_peak_bytes)});
     table.print(out);
     print_profile_warnings(out, *in.profile);
+    if (speed) print_machine_speed(out, *speed);
     far_share = print_far_lookup_share(out, in, c, pred.sim.iteration_s);
     spread = print_prediction_range(out, in, c, pred.sim.iteration_s);
     char host[256] = {};
@@ -379,6 +399,11 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
       doc["topology"] = in.topology.name;
       doc["profile"] = in.profile->describe();
       if (far_share >= 0) doc["profile_far_share"] = far_share;
+      if (speed)
+        doc["machine_speed"] = {{"gemm", {speed->gemm.m, speed->gemm.n, speed->gemm.k, speed->gemm.batch}},
+                                {"calibrated_s", speed->calibrated_s},
+                                {"now_s", speed->now_s},
+                                {"change", speed->change()}};
       doc["backend"] = to_string(backend);
       doc["ranks"] = world->size();
       if (!o.in.json.empty()) write_json(o.in.json, doc);

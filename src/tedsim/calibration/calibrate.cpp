@@ -339,6 +339,7 @@ int run_calibration(const CalibrationOptions& o) {
     const double drift = sentinel_after_s / sentinel_before_s - 1;
     calib["drift"] = {{"gemm", {g.m, g.n, g.k, g.batch}}, {"before_s", sentinel_before_s}, {"after_s", sentinel_after_s},
                       {"change", drift}};
+    if (g.grouped) calib["drift"]["grouped"] = true;  // timed as a grouped GEMM is (cpu_bench.cpp)
     if (root && std::fabs(drift) > kDriftLimit)
       std::cout << "calibrate: WARNING: the machine's speed changed while it was measured: the sentinel GEMM " << g.m
                 << "x" << g.n << "x" << g.k << " took " << fmt(sentinel_before_s * 1e6, 1) << " us before the first point and "
