@@ -44,8 +44,8 @@ void print_machine_speed(std::ostream& out, const calibration::SpeedCheck& speed
   const double change = speed.change();
   out << "machine speed: the profile's sentinel GEMM " << speed.gemm.m << "x" << speed.gemm.n << "x" << speed.gemm.k
       << (speed.gemm.batch > 1 ? " x" + std::to_string(speed.gemm.batch) : std::string()) << " took "
-      << fixed(speed.calibrated_s * 1e6, 1) << " us when calibrated and " << fixed(speed.now_s * 1e6, 1) << " us now ("
-      << (change >= 0 ? "+" : "") << fixed(100 * change, 0) << "%)\n";
+      << fixed(speed.calibrated_s * 1e6, 1) << " us when calibrated and " << fixed(speed.now_s * 1e6, 1)
+      << " us around this run (" << (change >= 0 ? "+" : "") << fixed(100 * change, 0) << "%)\n";
   if (std::fabs(change) > calibration::kSpeedChangeLimit)
     out << "WARNING: this machine runs " << fixed(100 * std::fabs(change), 0) << "% "
         << (change > 0 ? "slower" : "faster")
@@ -245,13 +245,15 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     census.fence_each_call = backend == Backend::cuda;
     topt.census = &census;
   }
-  // The profile's sentinel GEMM again, right before the step: has the machine's speed moved
-  // since the profile was measured? (Every rank: the timing is collective.)
-  std::optional<calibration::SpeedCheck> speed;
-  if (!o.in.profile.empty()) speed = calibration::recheck_sentinel(*world, backend, load_profile_data(o.in.profile));
+  // The profile's sentinel GEMM again, right before the step and right after it: has the
+  // machine's speed moved since the profile was measured? (Every rank: the timing is collective.)
+  std::unique_ptr<calibration::MachineSpeedProbe> probe;
+  if (!o.in.profile.empty()) probe = calibration::MachineSpeedProbe::for_profile(backend, load_profile_data(o.in.profile));
+  if (probe) probe->time_now(*world);
   runtime::MeasuredRun run;
   try {
     run = runtime::measure_training(*world, in.model, c, topt, o.warmup, o.iters);
+    if (probe) probe->time_now(*world);
   } catch (const RunError& e) {
     // One rank's failure (a non-finite step) would leave the others in their next collective:
     // say it here and end every rank.
@@ -281,6 +283,7 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
                    rel_error(pred.memory.peak, run.tensor_peak_bytes)});
     table.print(out);
     print_profile_warnings(out, *in.profile);
+    const std::optional<calibration::SpeedCheck> speed = probe ? probe->check() : std::nullopt;
     if (speed) print_machine_speed(out, *speed);
     far_share = print_far_lookup_share(out, in, c, pred.sim.iteration_s);
     spread = print_prediction_range(out, in, c, pred.sim.iteration_s);
