@@ -38,8 +38,7 @@ void ParamSync::sync_and_update() {
         expert && c_.cfg.tiled_optimizer ? std::max<std::size_t>(c_.opt.optimizer_tile, 1) : count;
     for (std::size_t i = 0; i < count; i += tile) {
       const std::size_t len = std::min(tile, count - i);
-      c_.ops.adam_step(len, ac, adam_step_, p.data() + off + i, g.data() + off + i, m_[expert].data() + i,
-                       v_[expert].data() + i);
+      c_.ops.adam_step(len, ac, adam_step_, p.data() + off + i, g.data() + off + i, m_[expert] + i, v_[expert] + i);
     }
     c_.charge(kOptimizer, "adam_step", t0, c_.clock());
     if (sharded) {

@@ -21,8 +21,10 @@ void ParamSync::prepare() {
     const int n = sync_group(b).size();
     const std::size_t total = store.params(b).size();
     const std::size_t owned = c.cfg.zero == 0 ? total : total / n;
-    zeros(m_[b], owned);
-    zeros(v_[b], owned);
+    constexpr std::size_t kPage = 1024, kM = 256, kV = 512;  // floats: 4 KiB, 1 KiB, 2 KiB
+    const std::size_t v_at = (kM + owned + kPage - 1) / kPage * kPage + kV;
+    m_[b] = zeros(moments_[b], v_at + owned) + kM;
+    v_[b] = moments_[b].data() + v_at;
     zero3_[b] = c.cfg.zero >= 3 && n > 1;
     if (!zero3_[b]) continue;
     std::size_t at = 0;
@@ -94,7 +96,7 @@ void ParamSync::zero3_sync_and_update(int b, const kernels::AdamConfig& ac) {
     if (count == 0) continue;
     float* owned = c_.store.params(b).data() + units[u].offset[b] + static_cast<std::size_t>(comm.rank()) * count;
     const std::size_t at = shard_at_[b][u];
-    c_.ops.adam_step(count, ac, adam_step_, owned, grad_shard_[b].data() + at, m_[b].data() + at, v_[b].data() + at);
+    c_.ops.adam_step(count, ac, adam_step_, owned, grad_shard_[b].data() + at, m_[b] + at, v_[b] + at);
   }
   c_.charge(kOptimizer, "adam_step", t0, c_.clock());
   grad_shard_[b].fill_zero();
