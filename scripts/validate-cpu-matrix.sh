@@ -148,17 +148,22 @@ for path in sorted(glob.glob(os.path.join(tmp, "results", "*.json"))):
     d = json.load(open(path))
     if "imbalance" in d:
         i = d["imbalance"]
-        rank = (f"{i['rank_load_assumed']:.2f} | {i['rank_load_measured_median']:.2f}" if d["config"]["ep"] > 1 else "- | -")
-        imbalance.append(f"| {os.path.basename(path)[:-5]} | {i['assumed']:.2f} | {i['measured_median']:.2f} ({i['samples']} passes) | {rank} | "
+        rank = (f"{i['rank_load_assumed']:.2f} | {i['rank_load_measured_median']:.2f} / {i.get('rank_load_measured_mean', 0):.2f}"
+                if d["config"]["ep"] > 1 else "- | -")
+        source = {"calibration": "calibration", "model": "model"}.get(i.get("assumed_from", "model"), "model")
+        imbalance.append(f"| {os.path.basename(path)[:-5]} | {i['assumed']:.2f} ({source}) | {i['measured_median']:.2f} ({i['samples']} passes) | {rank} | "
                          f"{ms(d['predicted']['iteration_time_s'])} ({err(d['predicted']['iteration_time_s'], d['measured']['iteration_time_s'])}) | "
                          f"{ms(i['iteration_time_s_with_measured'])} ({err(i['iteration_time_s_with_measured'], d['measured']['iteration_time_s'])}) |")
 if imbalance:
     lines += ["", "Dropless configurations: the load imbalance (busiest expert's tokens over the mean) the prediction "
               "assumed and the one the step measured (median over MoE layer passes on rank 0's expert group); the "
-              "busiest expert rank's rows over the mean rank's, as the prediction derives it from the imbalance and "
-              "as measured (with one expert rank there is none); and the iteration predicted with each load (the "
-              "measured one fed back as the imbalance that gives it; error against the measured iteration):", "",
-              "| config | imbalance assumed | imbalance measured | rank load assumed | rank load measured | "
+              "busiest expert rank's rows over the mean rank's, as the prediction took it and as measured (median / "
+              "mean over the passes; with one expert rank there is none); and the iteration predicted with each "
+              "load (the measured median fed back as the imbalance that gives it; error against the measured "
+              "iteration). Assumed from calibration: the mean over the profile's passes of the step's own router on "
+              "the step's own tokens (calibrate's routing count, the profile's expert_shares); from the model: its "
+              "imbalance, else tedsim's default 1.2.", "",
+              "| config | imbalance assumed | imbalance measured | rank load assumed | rank load measured (median / mean) | "
               "predicted ms, assumed | predicted ms, measured |", "|---|---|---|---|---|---|---|"] + imbalance
 lines += ["", f"Largest iteration error: {100 * worst:.1f}%. Phases above 5% of the iteration that miss by more than 15%: "
           f"{phase_misses}.", "",

@@ -315,21 +315,29 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     // re-run with the imbalance that gives the measured rank load.
     double measured_imbalance = 0, measured_rank_load = 0, repredicted_s = 0;
     const int ep = in.model.is_moe() ? c.ep : 1;
-    const double assumed_rank_load = busiest_rank_load(in.model.moe.experts, ep, in.model.moe.imbalance);
+    const bool routing_measured = !in.model.moe.measured_shares.empty();
+    const double assumed_rank_load = in.model.is_moe() && in.model.moe.dropless() ? resolve_shape(in.model, c).load_factor : 1.0;
+    double measured_rank_load_mean = 0;
     if (!run.imbalance.empty()) {
       measured_imbalance = runtime::spread_of(run.imbalance).median;
       measured_rank_load = runtime::spread_of(run.rank_load).median;
+      for (double x : run.rank_load) measured_rank_load_mean += x / double(run.rank_load.size());
       ModelSpec remodel = in.model;
+      remodel.moe.measured_shares = {};  // the measured load alone
       remodel.moe.imbalance = ep > 1 ? imbalance_for_rank_load(in.model.moe.experts, ep, measured_rank_load)
                                      : std::max(1.0, measured_imbalance);
       const Evaluator reevaluator(remodel, in.topology, *in.profile);
       repredicted_s = reevaluator.evaluate(c).sim.iteration_s;
       out << "load imbalance (busiest expert / mean): measured " << fixed(measured_imbalance, 3) << " (median of "
           << run.imbalance.size() << " MoE layer passes on rank 0's expert group), assumed "
-          << fixed(in.model.moe.imbalance, 3) << "\n";
+          << fixed(in.model.moe.imbalance, 3)
+          << (routing_measured ? " (the mean over calibration's passes of the step's routing)" : "") << "\n";
       if (ep > 1)
         out << "busiest expert rank (its expert rows / the mean rank's): measured " << fixed(measured_rank_load, 3)
-            << ", assumed " << fixed(assumed_rank_load, 3) << " (the busiest expert's rank, the others sharing the rest)\n";
+            << " (median; mean " << fixed(measured_rank_load_mean, 3) << "), assumed " << fixed(assumed_rank_load, 3)
+            << (routing_measured ? " (the mean over calibration's passes of the step's routing)"
+                                 : " (the busiest expert's rank, the others sharing the rest)")
+            << "\n";
       out << "prediction with the measured load: " << ms(repredicted_s) << " ms per iteration, error "
           << rel_error(repredicted_s, run.iteration.median) << "\n";
     }
@@ -388,8 +396,10 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
         doc["imbalance"] = {{"assumed", in.model.moe.imbalance},
                             {"measured_median", measured_imbalance},
                             {"samples", run.imbalance.size()},
+                            {"assumed_from", routing_measured ? "calibration" : "model"},
                             {"rank_load_assumed", assumed_rank_load},
                             {"rank_load_measured_median", measured_rank_load},
+                            {"rank_load_measured_mean", measured_rank_load_mean},
                             {"iteration_time_s_with_measured", repredicted_s},
                             {"error_with_measured", rel_error_json(repredicted_s, run.iteration.median)}};
       doc["config"] = config_json(c, in.model);

@@ -361,7 +361,19 @@ void apply_routing_overrides(const InputOptions& o, ModelSpec& m) {
       throw InputError("--imbalance applies to dropless routing; model '" + m.name + "' has capacity factor " +
                        fixed(m.moe.capacity_factor, 2) + " (add --capacity-factor 0)");
     m.moe.imbalance = *o.imbalance;
+    m.moe.imbalance_given = true;
   }
+}
+
+// Dropless routing that neither the model nor --imbalance states: the measured profile's count of
+// the step's own router, where calibration measured this model's.
+void adopt_measured_routing(Inputs& in) {
+  MoeSpec& e = in.model.moe;
+  if (!in.model.is_moe() || !e.dropless() || e.imbalance_given) return;
+  const ExpertShares* shares = in.profile->expert_shares();
+  if (!shares || shares->model != in.model.name || shares->experts() != e.experts) return;
+  e.measured_shares = *shares;
+  e.imbalance = shares->imbalance();
 }
 
 void resolve_attention_kernel(const InputOptions& o, Inputs& in) {
@@ -412,6 +424,7 @@ Inputs load_inputs(const InputOptions& o) {
                      " peak, which model '" + in.model.name + "' trains in (use --dtype with one of the device's dtypes)");
   in.profile = o.profile.empty() ? std::make_unique<AnalyticProfile>(in.topology) : load_profile(o.profile, in.topology);
   resolve_attention_kernel(o, in);
+  adopt_measured_routing(in);
   return in;
 }
 
@@ -425,7 +438,9 @@ std::string moe_text(const ModelSpec& m) {
                      std::to_string(e.top_k) + " " + to_string(e.router);
   if (e.group_limited()) text += " within " + std::to_string(e.topk_groups) + "/" + std::to_string(e.groups) + " groups";
   if (e.shared_experts > 0) text += ", " + std::to_string(e.shared_experts) + " shared of width " + std::to_string(m.shared_ffn());
-  if (e.dropless()) text += ", dropless (busiest expert " + fixed(e.imbalance, 2) + "x the mean)";
+  if (e.dropless())
+    text += ", dropless (busiest expert " + fixed(e.imbalance, 2) + "x the mean" +
+            (e.measured_shares.empty() ? "" : ", as calibration routed the step's tokens") + ")";
   else text += ", capacity factor " + fixed(e.capacity_factor, 2) + ", min capacity " + std::to_string(e.min_capacity);
   return text;
 }

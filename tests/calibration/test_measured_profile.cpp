@@ -580,6 +580,32 @@ TEST(MeasuredProfileFile, ArrivalSkewRoundTripsAndItsKeysAreChecked) {
   expect_rejected(bad, "arrival_skew[0].wait_s");
 }
 
+TEST(MeasuredProfileFile, ExpertSharesRoundTripAndAreChecked) {
+  ProfileData d = sample_data();
+  d.expert_shares.model = "cpu-moe-fine";
+  d.expert_shares.rows_per_pass = 1024;
+  d.expert_shares.passes = {{0.5, 0.25, 0.125, 0.125}, {0.25, 0.25, 0.25, 0.25}};
+  const ProfileData r = profile_from_json(profile_to_json(d), "shares.json");
+  EXPECT_EQ(r.expert_shares.model, "cpu-moe-fine");
+  EXPECT_EQ(r.expert_shares.rows_per_pass, 1024);
+  EXPECT_EQ(r.expert_shares.passes, d.expert_shares.passes);
+  EXPECT_EQ(profile_to_json(r), profile_to_json(d));
+  // A profile without them (a capacity-routed or dense model, an older profile) reads as none.
+  EXPECT_TRUE(profile_from_json(profile_to_json(sample_data()), "none.json").expert_shares.empty());
+  std::string bad = profile_to_json(d);
+  bad.replace(bad.find("\"rows_per_pass\":"), 16, "\"rows\": 1, \"rows_per_pass\":");
+  expect_rejected(bad, "expert_shares.rows");
+  bad = profile_to_json(d);
+  bad.replace(bad.find("0.125,"), 6, "0.625,");  // the first pass sums to 1.5
+  expect_rejected(bad, "expert_shares.passes");
+  ProfileData ragged = d;
+  ragged.expert_shares.passes[1] = {0.5, 0.5};
+  expect_rejected(profile_to_json(ragged), "pass 1: 2 shares for a model of 4 routed experts");
+  ProfileData negative = d;
+  negative.expert_shares.passes[1] = {1.25, -0.25, 0.0, 0.0};
+  expect_rejected(profile_to_json(negative), "expected shares >= 0");
+}
+
 TEST(MeasuredProfileLookup, ArrivalWaitInterpolatesInTheComputeSegment) {
   const MeasuredProfile p(with_skew(sample_data()), local_cpu());
   const GroupSpan span{4, 2, 2, 1, false};

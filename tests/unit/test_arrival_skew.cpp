@@ -128,9 +128,10 @@ TEST(ArrivalSkew, MultiTokenPredictionModulesWaitAtTheirCollectivesToo) {
 }
 
 TEST(MeanRank, DroplessRanksOfMeanLoadWaitInTheAllToAllForTheBusiest) {
-  // The prediction times the busiest rank; a rank of mean load computes its experts in
-  // 1/load_factor of that and waits the rest in the combining all-to-all. The per-rank mean that
-  // validate compares with moves exactly that share, and keeps the sum.
+  // The prediction times the busiest rank; a rank of mean load runs its experts' rows (the layout
+  // copies, the grouped GEMMs, the activation) in 1/load_factor of that and waits the rest in the
+  // next all-to-all. The per-rank mean that validate compares with moves exactly that share, and
+  // keeps the sum.
   const ModelSpec m = test::model("cpu-moe-fine");
   ASSERT_TRUE(m.moe.dropless());
   const TopologySpec topo = test::topology("local-cpu");
@@ -140,10 +141,14 @@ TEST(MeanRank, DroplessRanksOfMeanLoadWaitInTheAllToAllForTheBusiest) {
   const Workload w = build_workload(m, c, profile, evaluator.spans_for(c));
   ASSERT_GT(w.shape.load_factor, 1.0);
   const SimResult r = simulate_iteration(m, c, w);
-  double expert_s = 0;
+  double expert_s = 0, activation_s = 0;
   for (const Block* b : {&w.moe.forward, &w.moe.recompute, &w.moe.backward})
-    for (int i = 0; i < b->count; ++i)
-      if (std::string(b->ops[i].name).rfind("expert_fc", 0) == 0) expert_s += b->ops[i].seconds;
+    for (int i = 0; i < b->count; ++i) {
+      const std::string name = b->ops[i].name;
+      if (name.rfind("expert_", 0) == 0 && !b->ops[i].is_collective) expert_s += b->ops[i].seconds;
+      if (name == "expert_activation") activation_s += b->ops[i].seconds;
+    }
+  ASSERT_GT(activation_s, 0);  // not the GEMMs alone
   int moe_layers = 0;
   for (int layer = 0; layer < m.layers; ++layer) moe_layers += m.is_moe_layer(layer);
   const double shift = expert_s * moe_layers * w.shape.ga * (1 - 1 / w.shape.load_factor);

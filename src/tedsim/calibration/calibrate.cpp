@@ -14,8 +14,11 @@
 #include <memory>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "tedsim/calibration/arrival_skew.hpp"
 #include "tedsim/calibration/bench.hpp"
+#include "tedsim/calibration/expert_shares_measure.hpp"
 #include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
@@ -62,6 +65,20 @@ struct Progress {
 // VM the sentinel moves by up to 30% within a few seconds with nothing else running (4 runs,
 // 2026-12-02: -29%, -29%, +22%, +2%), so the limit sits above that shared-VM noise.
 constexpr double kDriftLimit = 0.35;
+
+// Forward passes of the step's own model whose routing calibration counts (expert_shares_measure):
+// one sequence per rank each, every MoE layer a pass.
+constexpr int kRoutingIterations = 8;
+
+// Whether every rank can hold the whole model to route its tokens: the step keeps fp32 weights,
+// gradients and Adam's two moments (16 bytes a parameter), and calibration spends at most a
+// quarter of the machine's memory on them, shared by the ranks on it.
+bool model_fits_for_routing(const ModelSpec& m, int ranks_per_node) {
+  const double pages = double(sysconf(_SC_PHYS_PAGES)), page = double(sysconf(_SC_PAGE_SIZE));
+  if (pages <= 0 || page <= 0) return false;
+  const double params = m.nonexpert_params() + m.expert_params();
+  return 16.0 * params * double(std::max(1, ranks_per_node)) <= 0.25 * pages * page;
+}
 
 int run_calibration(const CalibrationOptions& o) {
   std::unique_ptr<Communicator> world = make_world_communicator(o.backend);
@@ -346,6 +363,25 @@ int run_calibration(const CalibrationOptions& o) {
                 << fmt(sentinel_after_s * 1e6, 1) << " us after the last (" << (drift > 0 ? "+" : "") << fmt(100 * drift, 0)
                 << "%); predictions from this profile describe neither speed: calibrate again when the machine is quiet\n";
   }
+  // ---- routing: how the step's own router spreads its tokens over the experts ------------------
+  // The CPU step only: a GPU calibration's world is rarely one where every rank holds the model.
+  if (o.backend == Backend::cpu && o.model.is_moe() && o.model.moe.dropless()) {
+    if (model_fits_for_routing(o.model, prov.ranks_per_node)) {
+      data.expert_shares = measure_expert_shares(*world, o.model, o.seq_len, kRoutingIterations);
+      if (root && !data.expert_shares.empty()) {
+        const ExpertShares& x = data.expert_shares;
+        std::cout << "calibrate: routing of the step's tokens (" << x.passes.size() << " MoE layer passes of "
+                  << x.rows_per_pass << " rows): the busiest expert " << fmt(x.imbalance(), 2) << "x the mean";
+        if (world->size() > 1 && o.model.moe.experts % world->size() == 0)
+          std::cout << ", the busiest of " << world->size() << " expert ranks " << fmt(x.busiest_rank_load(world->size()), 3)
+                    << "x";
+        std::cout << "\n";
+      }
+    } else if (root) {
+      std::cout << "calibrate: routing not measured: model '" << o.model.name
+                << "' is too large for every rank here to hold it; predictions assume its imbalance\n";
+    }
+  }
   on_root(*world, root, [&] {
     calib["done"] = sweep.points();
     data.calibration_json = calib.dump();
@@ -354,7 +390,7 @@ int run_calibration(const CalibrationOptions& o) {
     std::remove(partial.c_str());
     std::cout << "calibrate: wrote " << o.out << ": " << data.gemms.size() << " GEMM, " << data.kernels.size()
               << " kernel, " << data.collectives.size() << " collective points, " << data.skews.size()
-              << " arrival-skew points\n";
+              << " arrival-skew points" << (data.expert_shares.empty() ? "" : ", the routing's expert shares") << "\n";
   });
   return 0;
 }

@@ -91,7 +91,9 @@ StepShape resolve_shape(const ModelSpec& m, const ParallelConfig& c) {
       // expert `imbalance` times that. The rank holding it (busiest_rank_load) sets everyone's
       // pace: C is its per expert average, so the all-to-all, the grouped GEMM and the buffers
       // are the busiest rank's.
-      s.load_factor = busiest_rank_load(m.moe.experts, s.e, m.moe.imbalance);
+      // Measured routing (MoeSpec::measured_shares) gives the busiest rank's load directly.
+      s.load_factor = m.moe.measured_shares.empty() ? busiest_rank_load(m.moe.experts, s.e, m.moe.imbalance)
+                                                    : m.moe.measured_shares.busiest_rank_load(s.e);
       s.capacity = std::max<std::int64_t>(1, std::int64_t(std::ceil(m.moe.top_k * double(router_tokens) / E * s.load_factor)));
     } else {
       s.capacity = std::max<std::int64_t>(

@@ -53,6 +53,7 @@
 
 #include "tedsim/profile/analytic_profile.hpp"
 #include "tedsim/profile/profile.hpp"
+#include "tedsim/spec/expert_shares.hpp"
 #include "tedsim/spec/topology_spec.hpp"
 
 namespace tedsim {
@@ -114,6 +115,8 @@ struct ProfileData {
   std::vector<KernelPoint> kernels;
   std::vector<CollectivePoint> collectives;
   std::vector<SkewPoint> skews;
+  // Dropless MoE models: the experts' shares of the step's routed rows (empty: not measured).
+  ExpertShares expert_shares;
   // Calibration bookkeeping (arguments of the run, complete or partial); opaque to lookups.
   // Stored as compact JSON text so this header does not need nlohmann.
   std::string calibration_json;  // "" = none
@@ -153,6 +156,7 @@ class MeasuredProfile final : public Profile {
   // Calibration times kernels from C++, not the framework's host path: the topology's figure.
   double host_op_seconds() const override { return fallback_.host_op_seconds(); }
   int device_sms() const override { return fallback_.device_sms(); }
+  const ExpertShares* expert_shares() const override { return data_.expert_shares.empty() ? nullptr : &data_.expert_shares; }
   std::string describe() const override;
 
   const ProfileData& data() const { return data_; }

@@ -212,6 +212,8 @@ std::string profile_to_json(const ProfileData& d) {
                        {"samples", x.samples}});
     j["arrival_skew"] = a;
   }
+  if (!d.expert_shares.empty())
+    j["expert_shares"] = json{{"model", d.expert_shares.model}, {"rows_per_pass", d.expert_shares.rows_per_pass}, {"passes", d.expert_shares.passes}};
   return j.dump(1) + "\n";
 }
 
@@ -316,6 +318,27 @@ ProfileData profile_from_json(const std::string& text, const std::string& name) 
       r.reject_unknown_keys();
       d.skews.push_back(p);
     });
+  if (top.has("expert_shares")) {
+    const Reader r = top.child("expert_shares");
+    d.expert_shares.model = r.text("model");
+    if (d.expert_shares.model.empty()) r.fail("model", "expected the name of the model whose routing was measured");
+    d.expert_shares.rows_per_pass = r.positive_int("rows_per_pass");
+    const json& passes = r.get("passes");
+    if (!passes.is_array() || passes.empty()) r.fail("passes", "expected a non-empty list of passes, each a list of shares");
+    for (std::size_t i = 0; i < passes.size(); ++i) {
+      const json& row = passes[i];
+      if (!row.is_array() || row.size() < 2) r.fail("passes", "pass " + std::to_string(i) + ": expected a list of every expert's share");
+      std::vector<double> shares;
+      for (const json& v : row) {
+        if (!v.is_number()) r.fail("passes", "pass " + std::to_string(i) + ": expected numbers");
+        shares.push_back(v.get<double>());
+      }
+      d.expert_shares.passes.push_back(std::move(shares));
+    }
+    const std::string problem = expert_shares_problem(d.expert_shares, d.expert_shares.experts());
+    if (!problem.empty()) r.fail("passes", problem);
+    r.reject_unknown_keys();
+  }
   top.reject_unknown_keys();
   return d;
 }

@@ -12,6 +12,8 @@
 
 namespace tedsim {
 
+struct ExpertShares;
+
 // A (batched) GEMM C[m,n] = A[m,k] x B[k,n], `batch` independent products of that shape.
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
@@ -168,6 +170,9 @@ class Profile {
   virtual double host_op_seconds() const { return 0; }
   // Streaming multiprocessors of the device; 0 where the topology does not give them.
   virtual int device_sms() const { return 0; }
+  // Dropless MoE: how the step's router spread its tokens over the experts, where calibration
+  // measured it (spec/expert_shares.hpp); nullptr otherwise (the analytic profile).
+  virtual const ExpertShares* expert_shares() const { return nullptr; }
   virtual std::string describe() const = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "tedsim/core/atomic_file.hpp"
+#include "tedsim/model/workload.hpp"
 
 namespace tedsim {
 
@@ -81,9 +82,17 @@ nlohmann::json stages_json(const Prediction& p) {
   return stages;
 }
 
+// Dropless routing: the load the prediction assumed, and where it came from (the model file or
+// --imbalance, a measured profile's routing of the step's tokens, or tedsim's default).
+nlohmann::json routing_json(const Prediction& p, const ModelSpec& m) {
+  const MoeSpec& e = m.moe;
+  const char* from = !e.measured_shares.empty() ? "calibration" : e.imbalance_given ? "stated" : "default";
+  return {{"imbalance", e.imbalance}, {"busiest_rank_load", resolve_shape(m, p.config).load_factor}, {"from", from}};
+}
+
 nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m) {
   const MemoryBreakdown& mem = p.memory;
-  return {{"iteration_time_s", p.sim.iteration_s},
+  nlohmann::json doc = {{"iteration_time_s", p.sim.iteration_s},
           {"tokens_per_s", p.tokens_per_s},
           {"samples_per_s", p.samples_per_s},
           {"tflops_per_gpu", p.tflops_per_gpu},
@@ -98,6 +107,8 @@ nlohmann::json prediction_json(const Prediction& p, const ModelSpec& m) {
           {"breakdown_s", phase_times_json(p.sim.exposed)},
           {"busy_s", phase_times_json(p.sim.busy)},
           {"config", config_json(p.config, m)}};
+  if (m.is_moe() && m.moe.dropless()) doc["routing"] = routing_json(p, m);
+  return doc;
 }
 
 nlohmann::json search_json(const SearchResult& r, const ModelSpec& m) {

@@ -120,6 +120,7 @@ struct StepContext {
   double aux_sum = 0;
   std::vector<double> imbalance_samples;  // with opt.track_imbalance: busiest expert / mean, per MoE layer pass
   std::vector<double> rank_load_samples;  // ... and the busiest expert rank's rows / the mean rank's
+  std::vector<std::vector<std::int32_t>> expert_load_samples;  // opt.track_expert_loads: tokens per expert, per pass
   std::vector<std::int32_t> host_expert, host_position;  // host copies of routing choices
 
   StepContext(StepOps& o, Communicator& w, const ModelSpec& m, const ParallelConfig& c, const TrainerOptions& op,

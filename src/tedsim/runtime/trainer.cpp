@@ -250,6 +250,9 @@ double Trainer::global_loss(std::int64_t iteration) {
 std::uint64_t Trainer::routing_signature() const { return impl_->ctx.routing_sig; }
 const std::vector<double>& Trainer::imbalance_samples() const { return impl_->ctx.imbalance_samples; }
 const std::vector<double>& Trainer::rank_load_samples() const { return impl_->ctx.rank_load_samples; }
+const std::vector<std::vector<std::int32_t>>& Trainer::expert_load_samples() const {
+  return impl_->ctx.expert_load_samples;
+}
 std::vector<Checksum> Trainer::checksums() {
   impl_->sync.gather_all_units();  // ZeRO-3: each rank holds only its shards up to date
   return global_checksums(impl_->ops, impl_->store, impl_->world);

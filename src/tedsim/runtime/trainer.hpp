@@ -67,6 +67,9 @@ struct TrainerOptions {
   // Off only to check that the copies change no bit.
   bool bf16_weight_copies = true;
   bool track_imbalance = false;   // measure the busiest expert's tokens over the mean per MoE layer
+  // Dropless models: keep this rank's tokens routed to each expert, per MoE layer pass (forward,
+  // recompute excluded), before any exchange: what calibration measures the routing's shares from.
+  bool track_expert_loads = false;
   bool record_slices = false;     // keep each timed region of a step (StepStats::slices)
   // Counts every kernel the step runs (kernel_census.hpp); must outlive the Trainer.
   KernelCensus* census = nullptr;
@@ -128,6 +131,10 @@ class Trainer {
   const std::vector<double>& imbalance_samples() const;
   // The same passes' busiest expert rank: its expert rows over the mean rank's (what sets the pace).
   const std::vector<double>& rank_load_samples() const;
+  // With TrainerOptions::track_expert_loads: per MoE layer pass since construction, this rank's
+  // tokens routed to each of the model's experts (in this rank's pass order, the same on every
+  // rank of a data-parallel world).
+  const std::vector<std::vector<std::int32_t>>& expert_load_samples() const;
 
   // Collective over the world: per-kind checksums of the global model, then "all".
   std::vector<Checksum> checksums();

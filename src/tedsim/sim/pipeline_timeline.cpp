@@ -48,13 +48,16 @@ struct ChunkWork {
 struct StageWork {
   std::vector<ChunkWork> chunks;
   double nonexpert_params = 0, expert_params = 0;
-  double expert_gemm_s = 0;  // per micro-batch: the expert GEMMs of its MoE layers, every pass
+  double expert_rows_s = 0;  // per micro-batch: its MoE layers' ops on the experts' rows, every pass
 };
 
-double expert_gemm_seconds(const Block& b) {
+// The ops that run on the local experts' rows (moe_ops.cpp's expert_*: the layout copies, the
+// grouped GEMMs, the activation, its clamp and the second bias), whose time follows the rank's
+// share of the routed tokens.
+double expert_rows_seconds(const Block& b) {
   double s = 0;
   for (int i = 0; i < b.count; ++i)
-    if (std::strncmp(b.ops[i].name, "expert_fc", 9) == 0) s += b.ops[i].seconds;
+    if (!b.ops[i].is_collective && std::strncmp(b.ops[i].name, "expert_", 7) == 0) s += b.ops[i].seconds;
   return s;
 }
 
@@ -80,7 +83,7 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
         forward(l.forward);
         cw.forward_layers.push_back(forward_nodes(l.forward));
         if (m.is_moe_layer(layer))
-          sw.expert_gemm_s += expert_gemm_seconds(l.forward) + expert_gemm_seconds(l.recompute) + expert_gemm_seconds(l.backward);
+          sw.expert_rows_s += expert_rows_seconds(l.forward) + expert_rows_seconds(l.recompute) + expert_rows_seconds(l.backward);
         sw.nonexpert_params += l.nonexpert_grad_elems;
         sw.expert_params += l.expert_grad_elems;
       }
@@ -103,7 +106,7 @@ std::vector<StageWork> stage_work(const ModelSpec& m, const Workload& w, const S
           sw.nonexpert_params += last.nonexpert_grad_elems + w.mtp_grad_elems;
           sw.expert_params += last.expert_grad_elems;
           if (m.is_moe_layer(m.layers - 1))
-            sw.expert_gemm_s += expert_gemm_seconds(last.forward) + expert_gemm_seconds(last.recompute) + expert_gemm_seconds(last.backward);
+            sw.expert_rows_s += expert_rows_seconds(last.forward) + expert_rows_seconds(last.recompute) + expert_rows_seconds(last.backward);
           cw.zero3_hidden_fwd += last.zero3_hidden_forward_s;
           cw.zero3_hidden_bwd += last.zero3_hidden_backward_s;
         }
@@ -643,13 +646,13 @@ bool same_increment(const SimResult& a, const SimResult& b, const SimResult& c) 
 }
 
 // Dropless with experts over several ranks: the timeline runs the busiest rank (load_factor times
-// the mean expert tokens), which sets everyone's pace. A rank of mean load computes its experts
-// in 1/load_factor of that time and waits the rest inside the all-to-all that combines their
-// output: the mean over ranks (mean_exposed) moves that share from compute to ep_alltoall.
+// the mean expert tokens), which sets everyone's pace. A rank of mean load runs its experts' rows
+// in 1/load_factor of that time and waits the rest inside the all-to-all that next exchanges
+// them: the mean over ranks (mean_exposed) moves that share from compute to ep_alltoall.
 void mean_rank_imbalance(SimResult& r, const Workload& w, const std::vector<StageWork>& work) {
   if (w.shape.e <= 1 || w.shape.load_factor <= 1.0) return;
   double expert_s = 0;
-  for (const StageWork& sw : work) expert_s += sw.expert_gemm_s;
+  for (const StageWork& sw : work) expert_s += sw.expert_rows_s;
   const double shift = expert_s / double(work.size()) * w.shape.ga * (1.0 - 1.0 / w.shape.load_factor);
   r.mean_exposed[int(Phase::compute)] -= shift;
   r.mean_exposed[int(Phase::ep_alltoall)] += shift;

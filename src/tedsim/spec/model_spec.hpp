@@ -10,6 +10,7 @@
 
 #include "tedsim/core/units.hpp"
 #include "tedsim/spec/attention_kernel.hpp"
+#include "tedsim/spec/expert_shares.hpp"
 
 namespace tedsim {
 
@@ -74,6 +75,10 @@ struct MoeSpec {
   int groups = 1;              // group-limited routing: experts in `groups` equal groups, each
   int topk_groups = 1;         //   token's experts within its best `topk_groups` groups
   double imbalance = kDefaultImbalance;  // dropless: the busiest expert's tokens over the mean
+  bool imbalance_given = false;  // the model file or --imbalance stated it (else a profile's measured routing may)
+  // Dropless: the step's routing as calibration measured it (a measured profile's, adopted where
+  // nothing states the imbalance): the busiest expert rank's load comes from these shares.
+  ExpertShares measured_shares;
 
   bool dropless() const { return capacity_factor == 0; }
   // DeepSpeed's top-k gating with a capacity (the fused kernel of the TED step): softmax then top-k,

@@ -69,6 +69,7 @@ void read_moe(const YamlMap& root, ModelSpec& m) {
   e.min_capacity = int(moe.integer("min_capacity", 4));
   if (e.min_capacity < 0) moe.fail("min_capacity", "expected a non-negative count");
   e.imbalance = moe.nonnegative_number("imbalance", kDefaultImbalance);
+  e.imbalance_given = moe.has("imbalance");
   if (e.imbalance < 1.0) moe.fail("imbalance", "expected at least 1 (the busiest expert's tokens over the mean)");
   e.ffn = int(moe.positive_integer("ffn", m.ffn));
   e.shared_experts = int(moe.integer("shared_experts", 0));

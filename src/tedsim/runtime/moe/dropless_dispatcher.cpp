@@ -20,6 +20,7 @@ class DroplessDispatcher final : public TokenDispatcher {
     const int E = d.experts, El = d.local_experts;
     A.dropless_capacity = c.ops.routing_capacity(*A.routing);
     c.ops.routing_counts(*A.routing, A.kept);
+    if (c.opt.track_expert_loads && c.mode != CommMode::replay) c.expert_load_samples.push_back(A.kept);
     float* dbuf = ensure(A.dispatch_buf, buffer_floats(d, A));
     c.ops.dispatch(*A.routing, xn, d.hidden, dbuf);
     // Each peer learns how many rows of each of its experts come from here (exact as floats). The
