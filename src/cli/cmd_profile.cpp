@@ -84,6 +84,17 @@ int run_show(const std::string& path, const std::string& html) {
                fixed2(x.bytes / x.seconds.median_s / 1e9, 3), fixed2(x.busbw_gbs, 3)});
   out << "# collectives: " << d.collectives.size() << " points\n";
   c.print(out);
+  if (!d.expert_shares.empty()) {
+    // What predictions for this model take the busiest expert rank's load from, by expert degree.
+    const ExpertShares& x = d.expert_shares;
+    out << "\n# routing of the step's tokens by model '" << x.model << "': " << x.passes.size()
+        << " MoE layer passes of " << x.rows_per_pass << " rows; busiest expert " << fixed2(x.imbalance(), 3)
+        << "x the mean (mean over passes)\n";
+    TextTable r({"expert ranks", "busiest rank / mean rank"});
+    for (int ep = 2; ep <= x.experts(); ep *= 2)
+      if (x.experts() % ep == 0) r.add_row({std::to_string(ep), fixed2(x.busiest_rank_load(ep), 3)});
+    r.print(out);
+  }
   if (!html.empty()) {  // the file parsed above, so it is valid JSON
     std::ifstream in(path, std::ios::binary);
     std::ostringstream text;

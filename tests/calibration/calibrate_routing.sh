@@ -13,6 +13,10 @@ rm -f "$P" "$P.partial"
   > "$DIR/routing-calibrate.log" 2>&1 || { cat "$DIR/routing-calibrate.log"; exit 1; }
 grep -Eq "^calibrate: routing of the step's tokens \(24 MoE layer passes of [0-9]+ rows\): the busiest expert [0-9.]+x the mean, the busiest of 2 expert ranks [0-9.]+x" \
   "$DIR/routing-calibrate.log" || { cat "$DIR/routing-calibrate.log"; exit 1; }
+# profile show lists the routing: the busiest rank's load for each expert degree.
+"$TEDSIM" profile show "$P" > "$DIR/routing-show.txt"
+grep -Eq "^# routing of the step's tokens by model 'cpu-moe-fine': 24 MoE layer passes of 1024 rows; busiest expert [0-9.]+x the mean" \
+  "$DIR/routing-show.txt" || { cat "$DIR/routing-show.txt"; exit 1; }
 sim() { "$TEDSIM" simulate --model "$1" --topology local-cpu --gpus 2 --tp 1 --ep 2 --micro-batch 2 --global-batch 8 \
           --no-checkpoint --profile "$P" --json "$DIR/routing-$2.json" "${@:3}" > "$DIR/routing-$2.txt" 2>&1; }
 sim cpu-moe-fine measured
