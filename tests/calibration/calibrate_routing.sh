@@ -48,4 +48,15 @@ assert o["from"] == "default" and o["imbalance"] == 1.2, o
 a2a = lambda name: json.load(open(f"{sys.argv[2]}/routing-{name}.json"))["breakdown_s"]["ep_alltoall"]
 assert load > 1.05 and a2a("measured") > a2a("stated"), (load, a2a("measured"), a2a("stated"))
 PY
+# A model the training step refuses (dropout) keeps its timings: the routing is not counted, and
+# the calibration says so and still writes its profile.
+sed 's/^name: .*/name: cpu-moe-fine-dropout/' "$(dirname "$0")/../../models/cpu-moe-fine.yaml" > "$DIR/dropout.yaml"
+echo "hidden_dropout: 0.1" >> "$DIR/dropout.yaml"
+rm -f "$DIR/dropout.json" "$DIR/dropout.json.partial"
+"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" calibrate --quick --model "$DIR/dropout.yaml" \
+  --out "$DIR/dropout.json" > "$DIR/dropout-calibrate.log" 2>&1 || { cat "$DIR/dropout-calibrate.log"; exit 1; }
+grep -q "^calibrate: routing not counted: the training step does not run model 'cpu-moe-fine-dropout': .*dropout" \
+  "$DIR/dropout-calibrate.log" || { cat "$DIR/dropout-calibrate.log"; exit 1; }
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert 'expert_shares' not in d and d['gemm'], list(d)" \
+  "$DIR/dropout.json"
 echo "calibrate_routing: OK"

@@ -367,7 +367,15 @@ int run_calibration(const CalibrationOptions& o) {
   // The CPU step only: a GPU calibration's world is rarely one where every rank holds the model.
   if (o.backend == Backend::cpu && o.model.is_moe() && o.model.moe.dropless()) {
     if (model_fits_for_routing(o.model, prov.ranks_per_node)) {
-      data.expert_shares = measure_expert_shares(*world, o.model, o.seq_len, kRoutingIterations);
+      try {
+        data.expert_shares = measure_expert_shares(*world, o.model, o.seq_len, kRoutingIterations);
+      } catch (const InputError& e) {
+        // The step refuses the model (dropout, say) alike on every rank, before any collective:
+        // the timings stand, and predictions assume the model's imbalance.
+        if (root)
+          std::cout << "calibrate: routing not counted: the training step does not run model '" << o.model.name
+                    << "': " << e.what() << "; predictions assume its imbalance\n";
+      }
       if (root && !data.expert_shares.empty()) {
         const ExpertShares& x = data.expert_shares;
         std::cout << "calibrate: routing of the step's tokens (" << x.passes.size() << " MoE layer passes of "
