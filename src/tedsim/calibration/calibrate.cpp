@@ -80,6 +80,15 @@ bool model_fits_for_routing(const ModelSpec& m, int ranks_per_node) {
   return 16.0 * params * double(std::max(1, ranks_per_node)) <= 0.25 * pages * page;
 }
 
+// The forward FLOPs each rank spends counting the routing (2 per active parameter and token, one
+// sequence a pass). Above kRoutingFlopLimit (about half a minute on one core of the build VM) the
+// count would outlast the calibration of a small model, and it is skipped.
+double routing_flops_per_rank(const ModelSpec& m, int seq_len) {
+  const double active = m.nonexpert_params() + m.expert_params() * m.moe.top_k / std::max(1, m.moe.experts);
+  return 2.0 * active * double(seq_len > 0 ? seq_len : m.seq_len) * kRoutingIterations;
+}
+constexpr double kRoutingFlopLimit = 2e12;
+
 int run_calibration(const CalibrationOptions& o) {
   std::unique_ptr<Communicator> world = make_world_communicator(o.backend);
   const bool root = world->rank() == 0;
@@ -366,7 +375,13 @@ int run_calibration(const CalibrationOptions& o) {
   // ---- routing: how the step's own router spreads its tokens over the experts ------------------
   // The CPU step only: a GPU calibration's world is rarely one where every rank holds the model.
   if (o.backend == Backend::cpu && o.model.is_moe() && o.model.moe.dropless()) {
-    if (model_fits_for_routing(o.model, prov.ranks_per_node)) {
+    const double routing_flops = routing_flops_per_rank(o.model, o.seq_len);
+    if (routing_flops > kRoutingFlopLimit) {
+      if (root)
+        std::cout << "calibrate: routing not counted: the step's forward passes would take " << fmt(routing_flops / 1e12, 1)
+                  << " TFLOP a rank on the CPU (limit " << fmt(kRoutingFlopLimit / 1e12, 0)
+                  << "); predictions assume the model's imbalance\n";
+    } else if (model_fits_for_routing(o.model, prov.ranks_per_node)) {
       try {
         data.expert_shares = measure_expert_shares(*world, o.model, o.seq_len, kRoutingIterations);
       } catch (const InputError& e) {
