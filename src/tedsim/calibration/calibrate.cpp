@@ -22,6 +22,7 @@
 #include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
+#include "tedsim/comm/mpi_communicator.hpp"
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/comm/watchdog.hpp"
 #include "tedsim/core/error.hpp"
@@ -373,8 +374,10 @@ int run_calibration(const CalibrationOptions& o) {
                 << "%); predictions from this profile describe neither speed: calibrate again when the machine is quiet\n";
   }
   // ---- routing: how the step's own router spreads its tokens over the experts ------------------
-  // The CPU step only: a GPU calibration's world is rarely one where every rank holds the model.
-  if (o.backend == Backend::cpu && o.model.is_moe() && o.model.moe.dropless()) {
+  // Counted by the CPU step on either backend, over MPI: a freshly initialised router routes alike
+  // on both (the routers are checked against each other, RouterToken.* and the GPU tests), and the
+  // host, unlike a GPU of the calibration world, can hold a small model whole on every rank.
+  if (o.model.is_moe() && o.model.moe.dropless()) {
     const double routing_flops = routing_flops_per_rank(o.model, o.seq_len);
     if (routing_flops > kRoutingFlopLimit) {
       if (root)
@@ -383,7 +386,8 @@ int run_calibration(const CalibrationOptions& o) {
                   << "); predictions assume the model's imbalance\n";
     } else if (model_fits_for_routing(o.model, prov.ranks_per_node)) {
       try {
-        data.expert_shares = measure_expert_shares(*world, o.model, o.seq_len, kRoutingIterations);
+        const std::unique_ptr<Communicator> mpi_world = o.backend == Backend::cpu ? nullptr : MpiCommunicator::world();
+        data.expert_shares = measure_expert_shares(mpi_world ? *mpi_world : *world, o.model, o.seq_len, kRoutingIterations);
       } catch (const InputError& e) {
         // The step refuses the model (dropout, say) alike on every rank, before any collective:
         // the timings stand, and predictions assume the model's imbalance.
