@@ -202,13 +202,17 @@ int run_validate(ValidateOptions o, const CLI::App* cmd) {
     const calibration::JobCalibration done =
         calibration::calibrate_job(*world, backend, in.model, o.in.model, in.topology, c, o.in.profile, 2, 10);
     in.profile = load_profile(o.in.profile, in.topology);
-    if (root)
+    adopt_measured_routing(in);
+    if (root) {
       std::cout << "validate --calibrate: measured " << done.gemms << " GEMM, " << done.kernels << " kernel and "
-                << done.collectives << " collective points, " << done.skews << " arrival-skew group shapes into "
-                << o.in.profile
+                << done.collectives << " collective points, " << done.skews << " arrival-skew group shapes"
+                << (done.routing_counted ? " and the step's routing" : "") << " into " << o.in.profile
                 << (done.created ? " (new profile)" : "")
                 << (done.unmeasurable ? "; " + std::to_string(done.unmeasurable) + " lookups this backend cannot measure" : "")
                 << "\n";
+      if (!done.routing_skipped.empty())
+        std::cout << "validate --calibrate: routing not counted: " << done.routing_skipped << "\n";
+    }
   }
   std::ostream& out = human_stream(o.in);
   if (root) {

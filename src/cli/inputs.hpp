@@ -86,6 +86,10 @@ void check_fp8_attention(bool fp8, const TopologySpec& topology);
 Inputs load_inputs(const InputOptions& options);
 // --capacity-factor and --imbalance onto the model, checked.
 void apply_routing_overrides(const InputOptions& options, ModelSpec& model);
+// Dropless routing that neither the model nor --imbalance states: the measured profile's count of
+// the step's own router, where calibration counted this model's (load_inputs calls it; again after
+// a profile is reloaded).
+void adopt_measured_routing(Inputs& inputs);
 
 // What a measured profile was calibrated for, against this job: another model (its shapes and sizes
 // differ), and, where given (validate), another rank count, backend or host. One line each, empty

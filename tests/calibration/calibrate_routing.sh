@@ -48,6 +48,21 @@ assert o["from"] == "default" and o["imbalance"] == 1.2, o
 a2a = lambda name: json.load(open(f"{sys.argv[2]}/routing-{name}.json"))["breakdown_s"]["ep_alltoall"]
 assert load > 1.05 and a2a("measured") > a2a("stated"), (load, a2a("measured"), a2a("stated"))
 PY
+# validate --calibrate counts the routing into a profile that holds none, and the prediction of
+# the same run takes it.
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d.pop('expert_shares'); json.dump(d, open(sys.argv[2], 'w'))" \
+  "$P" "$DIR/routing-none.json"
+"$MPIRUN" -np 2 --oversubscribe --mca btl self,vader "$TEDSIM" validate --model cpu-moe-fine --tp 1 --ep 2 --micro-batch 2 \
+  --global-batch 8 --no-checkpoint --warmup 0 --iters 1 --calibrate --profile "$DIR/routing-none.json" \
+  --json "$DIR/routing-validate.json" > "$DIR/routing-validate.log" 2>&1 || { cat "$DIR/routing-validate.log"; exit 1; }
+grep -q "^validate --calibrate: measured .* and the step's routing into " "$DIR/routing-validate.log" ||
+  { cat "$DIR/routing-validate.log"; exit 1; }
+python3 - "$DIR/routing-none.json" "$DIR/routing-validate.json" <<'PY'
+import json, sys
+p, v = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert p["expert_shares"]["model"] == "cpu-moe-fine" and len(p["expert_shares"]["passes"]) == 24, p.get("expert_shares")
+assert v["imbalance"]["assumed_from"] == "calibration", v["imbalance"]
+PY
 # A model the training step refuses (dropout) keeps its timings: the routing is not counted, and
 # the calibration says so and still writes its profile.
 sed 's/^name: .*/name: cpu-moe-fine-dropout/' "$(dirname "$0")/../../models/cpu-moe-fine.yaml" > "$DIR/dropout.yaml"

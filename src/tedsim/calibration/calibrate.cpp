@@ -14,15 +14,12 @@
 #include <memory>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "tedsim/calibration/arrival_skew.hpp"
 #include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/expert_shares_measure.hpp"
 #include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
-#include "tedsim/comm/mpi_communicator.hpp"
 #include "tedsim/comm/ted_groups.hpp"
 #include "tedsim/comm/watchdog.hpp"
 #include "tedsim/core/error.hpp"
@@ -67,28 +64,6 @@ struct Progress {
 // 2026-12-02: -29%, -29%, +22%, +2%), so the limit sits above that shared-VM noise.
 constexpr double kDriftLimit = 0.35;
 
-// Forward passes of the step's own model whose routing calibration counts (expert_shares_measure):
-// one sequence per rank each, every MoE layer a pass.
-constexpr int kRoutingIterations = 8;
-
-// Whether every rank can hold the whole model to route its tokens: the step keeps fp32 weights,
-// gradients and Adam's two moments (16 bytes a parameter), and calibration spends at most a
-// quarter of the machine's memory on them, shared by the ranks on it.
-bool model_fits_for_routing(const ModelSpec& m, int ranks_per_node) {
-  const double pages = double(sysconf(_SC_PHYS_PAGES)), page = double(sysconf(_SC_PAGE_SIZE));
-  if (pages <= 0 || page <= 0) return false;
-  const double params = m.nonexpert_params() + m.expert_params();
-  return 16.0 * params * double(std::max(1, ranks_per_node)) <= 0.25 * pages * page;
-}
-
-// The forward FLOPs each rank spends counting the routing (2 per active parameter and token, one
-// sequence a pass). Above kRoutingFlopLimit (about half a minute on one core of the build VM) the
-// count would outlast the calibration of a small model, and it is skipped.
-double routing_flops_per_rank(const ModelSpec& m, int seq_len) {
-  const double active = m.nonexpert_params() + m.expert_params() * m.moe.top_k / std::max(1, m.moe.experts);
-  return 2.0 * active * double(seq_len > 0 ? seq_len : m.seq_len) * kRoutingIterations;
-}
-constexpr double kRoutingFlopLimit = 2e12;
 
 int run_calibration(const CalibrationOptions& o) {
   std::unique_ptr<Communicator> world = make_world_communicator(o.backend);
@@ -374,41 +349,18 @@ int run_calibration(const CalibrationOptions& o) {
                 << "%); predictions from this profile describe neither speed: calibrate again when the machine is quiet\n";
   }
   // ---- routing: how the step's own router spreads its tokens over the experts ------------------
-  // Counted by the CPU step on either backend, over MPI: a freshly initialised router routes alike
-  // on both (the routers are checked against each other, RouterToken.* and the GPU tests), and the
-  // host, unlike a GPU of the calibration world, can hold a small model whole on every rank.
-  if (o.model.is_moe() && o.model.moe.dropless()) {
-    const double routing_flops = routing_flops_per_rank(o.model, o.seq_len);
-    if (routing_flops > kRoutingFlopLimit) {
-      if (root)
-        std::cout << "calibrate: routing not counted: the step's forward passes would take " << fmt(routing_flops / 1e12, 1)
-                  << " TFLOP a rank on the CPU (limit " << fmt(kRoutingFlopLimit / 1e12, 0)
-                  << "); predictions assume the model's imbalance\n";
-    } else if (model_fits_for_routing(o.model, prov.ranks_per_node)) {
-      try {
-        const std::unique_ptr<Communicator> mpi_world = o.backend == Backend::cpu ? nullptr : MpiCommunicator::world();
-        data.expert_shares = measure_expert_shares(mpi_world ? *mpi_world : *world, o.model, o.seq_len, kRoutingIterations);
-      } catch (const InputError& e) {
-        // The step refuses the model (dropout, say) alike on every rank, before any collective:
-        // the timings stand, and predictions assume the model's imbalance.
-        if (root)
-          std::cout << "calibrate: routing not counted: the training step does not run model '" << o.model.name
-                    << "': " << e.what() << "; predictions assume its imbalance\n";
-      }
-      if (root && !data.expert_shares.empty()) {
-        const ExpertShares& x = data.expert_shares;
-        std::cout << "calibrate: routing of the step's tokens (" << x.passes.size() << " MoE layer passes of "
-                  << x.rows_per_pass << " rows): the busiest expert " << fmt(x.imbalance(), 2) << "x the mean";
-        if (world->size() > 1 && o.model.moe.experts % world->size() == 0)
-          std::cout << ", the busiest of " << world->size() << " expert ranks " << fmt(x.busiest_rank_load(world->size()), 3)
-                    << "x";
-        std::cout << "\n";
-      }
-    } else if (root) {
-      std::cout << "calibrate: routing not measured: model '" << o.model.name
-                << "' is too large for every rank here to hold it; predictions assume its imbalance\n";
-    }
+  const RoutingCount routing = count_routing(o.model, o.seq_len, prov.ranks_per_node);
+  data.expert_shares = routing.shares;
+  if (root && !routing.shares.empty()) {
+    const ExpertShares& x = routing.shares;
+    std::cout << "calibrate: routing of the step's tokens (" << x.passes.size() << " MoE layer passes of "
+              << x.rows_per_pass << " rows): the busiest expert " << fmt(x.imbalance(), 2) << "x the mean";
+    if (world->size() > 1 && o.model.moe.experts % world->size() == 0)
+      std::cout << ", the busiest of " << world->size() << " expert ranks " << fmt(x.busiest_rank_load(world->size()), 3) << "x";
+    std::cout << "\n";
   }
+  if (root && !routing.skipped.empty())
+    std::cout << "calibrate: routing not counted: " << routing.skipped << "; predictions assume the model's imbalance\n";
   on_root(*world, root, [&] {
     calib["done"] = sweep.points();
     data.calibration_json = calib.dump();

@@ -1,5 +1,12 @@
 #include "tedsim/calibration/expert_shares_measure.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "tedsim/comm/mpi_communicator.hpp"
+#include "tedsim/core/error.hpp"
 #include "tedsim/runtime/trainer.hpp"
 #include "tedsim/spec/parallel_config.hpp"
 
@@ -45,6 +52,50 @@ ExpertShares measure_expert_shares(Communicator& world, const ModelSpec& model, 
   }
   if (shares.passes.empty()) shares.model.clear();
   return shares;
+}
+
+namespace {
+
+bool fits_on_every_rank(const ModelSpec& m, int ranks_per_node) {
+  const double pages = double(sysconf(_SC_PHYS_PAGES)), page = double(sysconf(_SC_PAGE_SIZE));
+  if (pages <= 0 || page <= 0) return false;
+  const double params = m.nonexpert_params() + m.expert_params();
+  return 16.0 * params * double(std::max(1, ranks_per_node)) <= 0.25 * pages * page;
+}
+
+// 2 FLOPs per active parameter and token, one sequence a pass.
+double forward_flops_per_rank(const ModelSpec& m, int seq_len) {
+  const double active = m.nonexpert_params() + m.expert_params() * m.moe.top_k / std::max(1, m.moe.experts);
+  return 2.0 * active * double(seq_len > 0 ? seq_len : m.seq_len) * kRoutingIterations;
+}
+
+std::string tflop(double flops) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", flops / 1e12);
+  return buf;
+}
+
+}  // namespace
+
+RoutingCount count_routing(const ModelSpec& model, int seq_len, int ranks_per_node) {
+  RoutingCount count;
+  if (!model.is_moe() || !model.moe.dropless()) return count;
+  if (const double flops = forward_flops_per_rank(model, seq_len); flops > kRoutingFlopLimit) {
+    count.skipped = "the step's forward passes would take " + tflop(flops) + " TFLOP a rank on the CPU (limit " +
+                    tflop(kRoutingFlopLimit) + ")";
+    return count;
+  }
+  if (!fits_on_every_rank(model, ranks_per_node)) {
+    count.skipped = "model '" + model.name + "' is too large for every rank here to hold it";
+    return count;
+  }
+  const std::unique_ptr<MpiCommunicator> world = MpiCommunicator::world();
+  try {
+    count.shares = measure_expert_shares(*world, model, seq_len, kRoutingIterations);
+  } catch (const InputError& e) {
+    count.skipped = "the training step does not run model '" + model.name + "': " + e.what();
+  }
+  return count;
 }
 
 }  // namespace tedsim::calibration

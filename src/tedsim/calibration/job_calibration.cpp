@@ -10,6 +10,7 @@
 
 #include "tedsim/calibration/arrival_skew.hpp"
 #include "tedsim/calibration/bench.hpp"
+#include "tedsim/calibration/expert_shares_measure.hpp"
 #include "tedsim/calibration/point_timing.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
@@ -260,6 +261,22 @@ JobCalibration calibrate_job(Communicator& world, Backend backend, const ModelSp
       }
       ++result.skews;
     }
+  }
+  // Dropless: the step's routing, where the profile holds no count yet (one profile holds one
+  // model's: another model's count stays, and this job assumes its model's imbalance).
+  std::vector<double> count{0.0};
+  on_root(world, root, [&] {
+    if (model.is_moe() && model.moe.dropless() && data.expert_shares.empty()) count[0] = 1.0;
+    else if (model.is_moe() && model.moe.dropless() && data.expert_shares.model != model.name)
+      result.routing_skipped = "the profile holds the routing of model '" + data.expert_shares.model + "'";
+  });
+  share(world, root, count);
+  if (count[0] > 0) {
+    watchdog::at_step(++step);
+    RoutingCount routing = count_routing(model, config.seq_len, here.ranks_per_node);
+    result.routing_counted = !routing.shares.empty();
+    result.routing_skipped = routing.skipped;
+    if (root) data.expert_shares = std::move(routing.shares);
   }
   on_root(world, root, [&] {
     // Which models the profile was completed for: their predictions no longer borrow shapes.

@@ -19,6 +19,8 @@ struct JobCalibration {
   int skews = 0;                                // group shapes whose arrival skew was measured
   int unmeasurable = 0;  // lookups this backend cannot measure (another dtype, no such kernel here)
   bool created = false;  // the profile file did not exist
+  bool routing_counted = false;  // dropless: the step's routing was counted into the profile
+  std::string routing_skipped;   // ... or why it was not
 };
 
 // Collective over `world`. Rank 0 reads `profile_path` (a missing file starts a new profile),
