@@ -64,7 +64,6 @@ struct Progress {
 // 2026-12-02: -29%, -29%, +22%, +2%), so the limit sits above that shared-VM noise.
 constexpr double kDriftLimit = 0.35;
 
-
 int run_calibration(const CalibrationOptions& o) {
   std::unique_ptr<Communicator> world = make_world_communicator(o.backend);
   const bool root = world->rank() == 0;
