@@ -79,6 +79,7 @@ const char* op_kind(const Op& op) {
     case KernelKind::dispatch:
     case KernelKind::combine: return "dispatch and combine";
     case KernelKind::adam: return "optimizer";
+    case KernelKind::cross_entropy: return "loss";
     case KernelKind::softmax:
     case KernelKind::elementwise:
     case KernelKind::count: break;

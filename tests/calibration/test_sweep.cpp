@@ -1,12 +1,14 @@
 // What a calibration measures: the model's shapes by default, a generic grid with --grid.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "tedsim/calibration/bench.hpp"
 #include "tedsim/calibration/sweep.hpp"
 #include "tedsim/comm/collective_check.hpp"
 #include "tedsim/core/error.hpp"
@@ -40,6 +42,32 @@ TEST(Sweep, ModelShapesFollowTheModelAndTheGridDoesNot) {
   EXPECT_GT(grid_tiny.kernels.size(), tiny.kernels.size());
   // Collectives follow the TED groups of the world either way.
   EXPECT_EQ(grid_tiny.collectives.size(), tiny.collectives.size());
+}
+
+// The loss is timed on the step's own three passes, at the sizes the job's loss asks about (its
+// forward and backward bytes), and the point is checked against the double reference first.
+TEST(Sweep, TheLossIsTimedOnTheStepsOwnPasses) {
+  SweepOptions o;
+  o.gpus = o.world = 2;
+  o.quick = true;
+  const ModelSpec m = model("cpu-moe");
+  const Sweep s = derive_sweep(m, local_cpu(), o);
+  std::vector<double> sizes;
+  for (const KernelCase& k : s.kernels)
+    if (k.kind == KernelKind::cross_entropy) sizes.push_back(k.bytes);
+  ASSERT_FALSE(sizes.empty());
+  // One micro-batch of cpu-moe's loss: 128 tokens x 2048 logits, 12 bytes each forward.
+  const double forward = 12.0 * 128 * m.vocab;
+  EXPECT_LE(*std::min_element(sizes.begin(), sizes.end()), forward);
+  EXPECT_GE(*std::max_element(sizes.begin(), sizes.end()), forward);
+
+  const auto bench = make_cpu_bench();
+  const Prepared p = bench->kernel(KernelKind::cross_entropy, forward, m);
+  ASSERT_TRUE(bool(p));
+  EXPECT_EQ(p.check(), 0);
+  EXPECT_GT(p.bytes, forward / 2);
+  EXPECT_LE(p.bytes, forward);
+  for (double t : bench->time(p, 1, 3, 1.0)) EXPECT_GT(t, 0.0);
 }
 
 // Beside the factor-2 grid, each op is measured at the sizes the job's own messages have (a

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include "tedsim/calibration/bench.hpp"
+#include "tedsim/calibration/cross_entropy_case.hpp"
 #include "tedsim/core/error.hpp"
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/adam.hpp"
+#include "tedsim/kernels/cpu/cross_entropy.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/router_of_model.hpp"
 #include "tedsim/kernels/cpu/fast_math.hpp"
@@ -54,7 +56,7 @@ std::int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b
   return wrong;
 }
 
-// Attention/cross-entropy row softmax, as the CPU kernels compute it (shared exp row).
+// Attention row softmax, as the CPU kernels compute it (shared exp row).
 void softmax_rows(int rows, int cols, const float* x, float* y) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + std::size_t(r) * cols;
@@ -418,6 +420,27 @@ class CpuBench final : public Bench {
             rp[i] = float(rp[i] - c.lr * (mh / (std::sqrt(vh) + c.eps) + c.weight_decay * rp[i]));
           }
           return count_diff(std::vector<float>(at(0), at(0) + n), rp, 1e-5);
+        };
+        return p;
+      }
+      case KernelKind::cross_entropy: {
+        // The step's own three loss passes, back to back on logits the lm_head GEMM has just
+        // written (warm, as here). Repetitions run on the last one's gradient: finite, and the
+        // passes cost the same whatever the values.
+        auto c = std::make_shared<CrossEntropyCase>(make_cross_entropy_case(bytes, model));
+        auto lg = std::make_shared<std::vector<float>>(c->logits);
+        auto stats = std::make_shared<std::vector<float>>(3 * std::size_t(c->rows));
+        p.bytes = c->bytes();
+        p.run = [=] {
+          float *mx = stats->data(), *se = mx + c->rows, *tg = se + c->rows;
+          tk::ce_max_and_target(c->rows, c->cols, 0, lg->data(), c->targets.data(), mx, tg);
+          tk::ce_exp_and_sum(c->rows, c->cols, mx, lg->data(), se);
+          tk::ce_gradient(c->rows, c->cols, 0, c->targets.data(), se, c->scale, lg->data());
+        };
+        p.check = [=] {
+          *lg = c->logits;
+          p.run();
+          return count_diff(*lg, c->reference_gradient(), 1e-5);
         };
         return p;
       }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <random>
 
+#include "tedsim/calibration/cross_entropy_case.hpp"
 #include "tedsim/calibration/device_timer.hpp"
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
@@ -358,6 +359,33 @@ class CudaBench final : public Bench {
           std::vector<float> rp = hp, rm = hm, rv = hv;
           tk::adam_step(n, tk::AdamConfig{}, 1, rp.data(), hg.data(), rm.data(), rv.data());
           return count_diff(download(*pr, Dtype::fp32, n), rp, 1e-5);
+        };
+        return p;
+      }
+      case KernelKind::cross_entropy: {
+        // The step's three loss kernels (kernels/cuda/loss.cu) on fp32 logits, as the step runs
+        // them; checked against the CPU passes' double reference.
+        auto c = std::make_shared<CrossEntropyCase>(make_cross_entropy_case(bytes, model));
+        const std::size_t n = c->logits.size();
+        Buf lg = upload(c->logits, Dtype::fp32);
+        auto targets = std::make_shared<cu::DeviceBuffer>(c->targets.size() * sizeof(std::int32_t));
+        targets->upload(c->targets.data(), targets->bytes());
+        auto stats = std::make_shared<cu::DeviceBuffer>(3 * std::size_t(c->rows) * sizeof(float));
+        p.bytes = c->bytes();
+        p.dtype = Dtype::fp32;  // the loss upcasts the logits whatever the model trains in
+        p.run = [=] {
+          float* mx = stats->as<float>();
+          float *se = mx + c->rows, *tg = se + c->rows;
+          const auto* ids = static_cast<const std::int32_t*>(targets->data());
+          cu::ce_max_and_target(c->rows, c->cols, 0, lg->as<float>(), ids, mx, tg);
+          cu::ce_exp_and_sum(c->rows, c->cols, mx, lg->as<float>(), se);
+          cu::ce_gradient(c->rows, c->cols, 0, ids, se, c->scale, lg->as<float>());
+        };
+        p.check = [=] {
+          lg->upload(c->logits.data(), n * 4);
+          p.run();
+          cu::synchronize();
+          return count_diff(download(*lg, Dtype::fp32, n), c->reference_gradient(), 1e-4);
         };
         return p;
       }

@@ -177,7 +177,7 @@ void head_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const
   x.kernel("final_layernorm", KernelKind::layernorm, 2.0 * double(d.T_local) * h * B, Phase::other);
   tp_block_entry(x, d, "sp_allgather_lm_head");
   x.core_gemm("lm_head", s.tokens, m.vocab / s.t, m.hidden, 1);
-  x.kernel("cross_entropy", KernelKind::softmax, 3.0 * T * V_local * 4.0, Phase::other);
+  x.kernel("cross_entropy", KernelKind::cross_entropy, 3.0 * T * V_local * 4.0, Phase::other);
   // Max, target logit and sum of exponentials are each all-reduced over the vocabulary split.
   for (const char* name : {"tp_allreduce_loss_max", "tp_allreduce_loss_target", "tp_allreduce_loss_sum"})
     x.collective(name, CollectiveOp::all_reduce, GroupKind::tensor, T * 4.0, Phase::tp_allreduce);
@@ -185,7 +185,7 @@ void head_forward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const
 
 void head_backward(BlockBuilder& x, const LayerDims& d, const ModelSpec& m, const StepShape& s) {
   const double T = double(d.T), h = double(d.h), V_local = double(m.vocab) / s.t, B = d.B;
-  x.kernel("cross_entropy_bwd", KernelKind::softmax, 2.0 * T * V_local * 4.0, Phase::other);
+  x.kernel("cross_entropy_bwd", KernelKind::cross_entropy, 2.0 * T * V_local * 4.0, Phase::other);
   x.core_gemm("lm_head_dgrad", s.tokens, m.hidden, m.vocab / s.t, 1);
   x.core_gemm("lm_head_wgrad", m.hidden, m.vocab / s.t, s.tokens, 1);
   tp_block_exit(x, d, "tp_allreduce_lm_head_bwd", "sp_reducescatter_lm_head_bwd");

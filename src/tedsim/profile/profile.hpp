@@ -56,6 +56,7 @@ enum class KernelKind : std::uint8_t {
   softmax,       // attention softmax (scaled, causal mask)
   elementwise,   // dropout, residual add, bias
   adam,          // optimizer update over fp32 master weights and moments
+  cross_entropy, // the loss over the vocabulary: row max, exp and sum, gradient (bytes: fp32 passes)
   count
 };
 
@@ -86,6 +87,7 @@ constexpr const char* to_string(KernelKind kind) {
     case KernelKind::softmax: return "softmax";
     case KernelKind::elementwise: return "elementwise";
     case KernelKind::adam: return "adam";
+    case KernelKind::cross_entropy: return "cross_entropy";
     case KernelKind::count: break;
   }
   return "?";

@@ -10,6 +10,7 @@
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/attention.hpp"
 #include "tedsim/kernels/cpu/bf16.hpp"
+#include "tedsim/kernels/cpu/cross_entropy.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/layernorm.hpp"
 #include "tedsim/kernels/cpu/rmsnorm.hpp"
@@ -242,33 +243,14 @@ class CpuStepOps final : public StepOps {
   }
   void ce_max_and_target(int tokens, int v_local, int v0, const float* logits, const std::int32_t* targets,
                          float* row_max, float* target_logit) override {
-    for (int i = 0; i < tokens; ++i) {
-      const float* row = logits + static_cast<std::size_t>(i) * v_local;
-      row_max[i] = *std::max_element(row, row + v_local);
-      const int id = targets[i] - v0;
-      target_logit[i] = (id >= 0 && id < v_local) ? row[id] : 0.0f;  // from the owner only
-    }
+    kernels::ce_max_and_target(tokens, v_local, v0, logits, targets, row_max, target_logit);
   }
   void ce_exp_and_sum(int tokens, int v_local, const float* row_max, float* logits, float* row_sum) override {
-    for (int i = 0; i < tokens; ++i) {
-      float* row = logits + static_cast<std::size_t>(i) * v_local;
-      double sum = 0;
-      for (int v = 0; v < v_local; ++v) {
-        row[v] = std::exp(row[v] - row_max[i]);
-        sum += row[v];
-      }
-      row_sum[i] = static_cast<float>(sum);
-    }
+    kernels::ce_exp_and_sum(tokens, v_local, row_max, logits, row_sum);
   }
   void ce_gradient(int tokens, int v_local, int v0, const std::int32_t* targets, const float* row_sum, float scale,
                    float* logits) override {
-    for (int i = 0; i < tokens; ++i) {
-      float* row = logits + static_cast<std::size_t>(i) * v_local;
-      const float inv = scale / row_sum[i];
-      for (int v = 0; v < v_local; ++v) row[v] *= inv;
-      const int id = targets[i] - v0;
-      if (id >= 0 && id < v_local) row[id] -= scale;
-    }
+    kernels::ce_gradient(tokens, v_local, v0, targets, row_sum, scale, logits);
   }
 
  private:
