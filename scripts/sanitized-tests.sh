@@ -28,8 +28,11 @@ exhaustive='Search\.SameBestAsSimulatingEveryConfiguration|Search\.ExplainsEachC
 # Two more stay with the plain suite, to keep CI well under 20 minutes: validate_calibrate_np2
 # (90 s under ASan, both slots: calibration's and validate's code run sanitized in
 # calibrate_resume_np2, calibrate_quick_np2 and the validate tests) and runtime_kernel_list_np2
-# (the same step code as runtime_kernel_list_np1 on two ranks).
-slow_twins='validate_calibrate_np2|runtime_kernel_list_np2'
+# (the same step code as runtime_kernel_list_np1 on two ranks). calibrate_routing_np2 too (95 s
+# under ASan, both slots: seven calibrations and validations of one model; its routing count is
+# the step's forward with load tracking, which runtime_load_tracking_np2 runs sanitized, and the
+# shares' reading and use run sanitized in the unit tests' ExpertShares and MeasuredProfileFile).
+slow_twins='validate_calibrate_np2|runtime_kernel_list_np2|calibrate_routing_np2'
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 ctest --test-dir "$build" -j2 --timeout 600 --output-on-failure \
   --label-exclude 'browser|cluster' --exclude-regex "$exhaustive|$slow_twins"
 for t in "$build/tests/unit/tedsim_unit_tests" "$build/tests/kernels/test_kernels" "$build/tests/report/tedsim_report_tests"; do

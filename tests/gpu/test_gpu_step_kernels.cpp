@@ -18,6 +18,7 @@
 #include "tedsim/kernels/cpu/activations.hpp"
 #include "tedsim/kernels/cpu/attention.hpp"
 #include "tedsim/kernels/cpu/bf16.hpp"
+#include "tedsim/kernels/cpu/cross_entropy.hpp"
 #include "tedsim/kernels/cpu/dispatch.hpp"
 #include "tedsim/kernels/cpu/gating.hpp"
 #include "tedsim/kernels/cpu/gemm.hpp"
@@ -556,34 +557,13 @@ TEST_F(GpuStep, CrossEntropyStepsMatchTrainer) {
       const auto logits = random_vector(n, 101, -5, 5);
       const auto targets = random_ids(tokens, 102, v0 - 20, v0 + v_local + 20);
       const float scale = 1.0f / (static_cast<float>(tokens) * 2.0f);
-      // The trainer's loops on one rank (no all-reduce in between).
+      // The trainer's passes on one rank (no all-reduce in between): the CPU kernels it runs.
       std::vector<float> lg = logits, mx(tokens), tg(tokens), se(tokens);
-      for (int i = 0; i < tokens; ++i) {
-        float* row = lg.data() + static_cast<std::size_t>(i) * v_local;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int v = 0; v < v_local; ++v) m = std::max(m, row[v]);
-        mx[i] = m;
-        const int id = targets[i] - v0;
-        tg[i] = (id >= 0 && id < v_local) ? row[id] : 0.0f;
-      }
+      ce_max_and_target(tokens, v_local, v0, lg.data(), targets.data(), mx.data(), tg.data());
       std::vector<float> exp_lg = lg;
-      for (int i = 0; i < tokens; ++i) {
-        float* row = exp_lg.data() + static_cast<std::size_t>(i) * v_local;
-        double sum = 0;
-        for (int v = 0; v < v_local; ++v) {
-          row[v] = std::exp(row[v] - mx[i]);
-          sum += row[v];
-        }
-        se[i] = static_cast<float>(sum);
-      }
+      ce_exp_and_sum(tokens, v_local, mx.data(), exp_lg.data(), se.data());
       std::vector<float> grad = exp_lg;
-      for (int i = 0; i < tokens; ++i) {
-        float* row = grad.data() + static_cast<std::size_t>(i) * v_local;
-        const float inv = scale / se[i];
-        for (int v = 0; v < v_local; ++v) row[v] *= inv;
-        const int id = targets[i] - v0;
-        if (id >= 0 && id < v_local) row[id] -= scale;
-      }
+      ce_gradient(tokens, v_local, v0, targets.data(), se.data(), scale, grad.data());
 
       DevF dlg(logits), dmx(tokens, kGarbage), dtg(tokens, kGarbage), dse(tokens, kGarbage);
       DevI dtargets(targets);
